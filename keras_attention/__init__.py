@@ -1,0 +1,33 @@
+"""keras-attention: attention layers and attention decoders for Keras 3.
+
+Every layer is a registered, serialisable `keras.layers.Layer` written with
+`keras.ops` only, so models that use them save to `.keras`, compile with XLA
+and export to TensorFlow SavedModel and ONNX.
+"""
+
+from keras_attention import ops
+from keras_attention.layers import (
+    AdditiveAttention,
+    BaseAttention,
+    ConcatAttention,
+    DotAttention,
+    GeneralAttention,
+    HardAttention,
+    ScaledDotAttention,
+)
+from keras_attention.ops import masked_softmax, sequence_mask
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdditiveAttention",
+    "BaseAttention",
+    "ConcatAttention",
+    "DotAttention",
+    "GeneralAttention",
+    "HardAttention",
+    "ScaledDotAttention",
+    "masked_softmax",
+    "ops",
+    "sequence_mask",
+]

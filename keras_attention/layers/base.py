@@ -1,0 +1,224 @@
+"""The base class shared by every score-based attention layer.
+
+A subclass supplies only the score function `e = score(q, k)`; this class owns
+shapes, masks, the masked softmax, dropout on the weights, the weighted sum of
+the values, output shapes and mask propagation.
+
+The score is split into three hooks so that a decoder can project the memory
+keys once per sequence and only the query once per step:
+
+    projected_key   = layer.project_key(key)        # once per sequence
+    projected_query = layer.project_query(query)    # once per step
+    scores          = layer.score(projected_query, projected_key)
+"""
+
+import keras
+from keras import ops
+
+from keras_attention.layers import _checks
+from keras_attention.ops import masked_softmax
+
+__all__ = ["BaseAttention"]
+
+
+class BaseAttention(keras.layers.Layer):
+    """Base class for attention layers: `c = sum_i softmax(e)_i v_i`.
+
+    Subclasses implement `score` (and, when they have weights, `build_score`,
+    `project_query` and `project_key`). Everything else is shared:
+
+    Call arguments:
+        query: `(B, dq)` (one query per example, such as a decoder state) or
+            `(B, Tq, dq)`.
+        value: `(B, Tv, dv)`.
+        key: `(B, Tv, dk)`; defaults to `value`.
+        query_mask: boolean `(B, Tq)`; masked query positions get zero weights
+            and zero output. Filled from the query's Keras mask when omitted.
+        value_mask: boolean `(B, Tv)`; masked positions get exactly zero
+            weight. Filled from the value's Keras mask when omitted.
+        attention_mask: boolean `(B, Tq, Tv)` (or `(B, Tv)` for a rank-2
+            query); false entries get zero weight.
+        causal: if true, query position `i` sees only positions `j <= i`.
+            Needs a rank-3 query.
+        return_attention_scores: if true, also return the weights
+            `(B, Tv)` or `(B, Tq, Tv)`.
+        training: enables dropout on the weights.
+
+    Returns:
+        The context `(B, dv)` or `(B, Tq, dv)`, in the layer's compute dtype,
+        and the weights when `return_attention_scores` is true.
+
+    The softmax runs in float32 with masked logits set to the finite minimum,
+    so padding gets exactly zero weight and a row with no valid position gets
+    all-zero weights and a zero context with finite gradients.
+
+    Args:
+        dropout: fraction of attention weights to drop in training.
+        seed: seed for the dropout.
+        **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
+    """
+
+    def __init__(self, dropout=0.0, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        _checks.check_fraction(self, "dropout", dropout)
+        self.dropout = float(dropout)
+        self.seed = seed
+        self.supports_masking = True
+        self.seed_generator = (
+            keras.random.SeedGenerator(seed) if self.dropout > 0 else None
+        )
+
+    # ----------------------------------------------------------------- hooks
+
+    def build_score(self, query_dim, key_dim):
+        """Create the score's weights for query size `dq` and key size `dk`."""
+
+    def project_query(self, query):
+        """Map queries `(B, Tq, dq)` to the form `score` takes."""
+        return query
+
+    def project_key(self, key):
+        """Map keys `(B, Tv, dk)` to the form `score` takes.
+
+        Called once per sequence: a decoder reuses the result at every step.
+        """
+        return key
+
+    def score(self, projected_query, projected_key):
+        """Return raw scores `(B, Tq, Tv)` from projected queries and keys."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement score(projected_query, projected_key)."
+        )
+
+    def attention_weights(self, scores, mask, training=None):
+        """Turn scores `(B, Tq, Tv)` into weights; masked entries get zero."""
+        weights = masked_softmax(scores, mask)
+        if training and self.dropout > 0:
+            weights = keras.random.dropout(
+                weights, self.dropout, seed=self.seed_generator
+            )
+        return weights
+
+    # ------------------------------------------------------------------ core
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+        _checks.check_input_shapes(self, query_shape, value_shape, key_shape)
+        query_dim, key_dim = query_shape[-1], key_shape[-1]
+        for argument, dim in (("query", query_dim), ("key", key_dim)):
+            if dim is None:
+                raise ValueError(
+                    f"{type(self).__name__}: the last dimension of `{argument}` "
+                    "must be known when the layer is built; got None."
+                )
+        self.build_score(int(query_dim), int(key_dim))
+        self.built = True
+
+    def attend(self, projected_query, projected_key, value, mask=None, training=None):
+        """Weights and context from already projected rank-3 queries and keys.
+
+        This is the step a decoder runs per time step with `projected_key`
+        computed once. Returns `(context (B, Tq, dv), weights (B, Tq, Tv))`.
+        """
+        scores = self.score(projected_query, projected_key)
+        weights = self.attention_weights(scores, mask, training=training)
+        weights = ops.cast(weights, value.dtype)
+        return ops.matmul(weights, value), weights
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        attention_mask=None,
+        causal=False,
+        return_attention_scores=False,
+        training=None,
+    ):
+        key = value if key is None else key
+        _checks.check_input_shapes(self, query.shape, value.shape, key.shape)
+        single_query = len(query.shape) == 2
+        _checks.check_masks(
+            self, query, value, query_mask, value_mask, attention_mask, causal
+        )
+        query = ops.cast(query, self.compute_dtype)
+        value = ops.cast(value, self.compute_dtype)
+        key = ops.cast(key, self.compute_dtype)
+        if single_query:
+            query = ops.expand_dims(query, 1)
+            if attention_mask is not None:
+                attention_mask = ops.expand_dims(attention_mask, 1)
+
+        mask = self._combined_mask(query, key, query_mask, value_mask, attention_mask, causal)
+        context, weights = self.attend(
+            self.project_query(query), self.project_key(key), value, mask, training
+        )
+        if single_query:
+            context = ops.squeeze(context, 1)
+            weights = ops.squeeze(weights, 1)
+        if return_attention_scores:
+            return context, weights
+        return context
+
+    @staticmethod
+    def _combined_mask(query, key, query_mask, value_mask, attention_mask, causal):
+        """AND of every mask given, broadcastable to `(B, Tq, Tv)`, or None."""
+        parts = []
+        if value_mask is not None:
+            parts.append(ops.expand_dims(ops.cast(value_mask, "bool"), 1))
+        if query_mask is not None:
+            parts.append(ops.expand_dims(ops.cast(query_mask, "bool"), -1))
+        if attention_mask is not None:
+            parts.append(ops.cast(attention_mask, "bool"))
+        if causal:
+            rows = ops.expand_dims(ops.arange(ops.shape(query)[1]), 1)
+            cols = ops.expand_dims(ops.arange(ops.shape(key)[1]), 0)
+            parts.append(ops.expand_dims(ops.greater_equal(rows, cols), 0))
+        if not parts:
+            return None
+        mask = parts[0]
+        for part in parts[1:]:
+            mask = ops.logical_and(mask, part)
+        return mask
+
+    # ---------------------------------------------------- shapes, masks, config
+
+    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
+        return (*query_shape[:-1], value_shape[-1])
+
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        attention_mask=None,
+        causal=False,
+        return_attention_scores=False,
+        training=None,
+    ):
+        key = value if key is None else key
+        _checks.check_input_shapes(self, query.shape, value.shape, key.shape)
+        context = keras.KerasTensor(
+            self.compute_output_shape(query.shape, value.shape, key.shape),
+            dtype=self.compute_dtype,
+        )
+        if not return_attention_scores:
+            return context
+        weights_shape = (*query.shape[:-1], value.shape[1])
+        return context, keras.KerasTensor(weights_shape, dtype=self.compute_dtype)
+
+    def compute_mask(self, query, previous_mask=None):
+        # The context has one row per query, so it inherits the query's mask;
+        # a single query per example has no time axis to mask.
+        if previous_mask is None or len(query.shape) != 3:
+            return None
+        return previous_mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"dropout": self.dropout, "seed": self.seed})
+        return config

@@ -1,0 +1,168 @@
+"""Hard attention: one value per query, trainable by straight-through Gumbel-softmax."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_attention.layers import _checks
+from keras_attention.layers.base import BaseAttention
+from keras_attention.ops import masked_softmax
+
+__all__ = ["HardAttention"]
+
+# Score layers that can be named by a string (they need no constructor arguments).
+_SCORES_BY_NAME = {
+    "dot": "DotAttention",
+    "scaled_dot": "ScaledDotAttention",
+    "general": "GeneralAttention",
+    "concat": "ConcatAttention",
+}
+_MODES = ("argmax", "sample")
+
+
+def _score_layer(layer, score, dtype):
+    from keras_attention import layers as attention_layers
+
+    if isinstance(score, str):
+        if score == "additive":
+            raise ValueError(
+                f"{type(layer).__name__}: `score='additive'` needs a size; pass "
+                "`score=AdditiveAttention(units=...)` instead."
+            )
+        _checks.check_choice(layer, "score", score, tuple(_SCORES_BY_NAME))
+        return getattr(attention_layers, _SCORES_BY_NAME[score])(dtype=dtype)
+    if isinstance(score, dict):
+        score = keras.saving.deserialize_keras_object(score)
+    if not isinstance(score, BaseAttention) or isinstance(score, HardAttention):
+        raise ValueError(
+            f"{type(layer).__name__}: `score` must be a score layer of this library "
+            f"(e.g. DotAttention()) or one of {sorted(_SCORES_BY_NAME)}; got {score!r}."
+        )
+    return score
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class HardAttention(BaseAttention):
+    """Hard attention: each query takes exactly one value.
+
+    With `alpha = softmax(e)` from any score layer `e_i = score(q, k_i)`:
+
+        mode="argmax":  c = v_n,  n = argmax_i alpha_i
+        mode="sample":  c = v_n,  n ~ Categorical(alpha)
+                        (drawn by Gumbel-max: n = argmax_i (e_i + g_i),
+                         g_i = -log(-log u_i), u_i ~ U(0, 1))
+
+    The weights returned are one-hot. Selection is not differentiable, so the
+    source notes train it with reinforcement learning. With
+    `straight_through=True` (the default), training uses the straight-through
+    Gumbel-softmax estimator (Jang, Gu & Poole 2017): the forward pass is the
+    one-hot selection, the backward pass is the gradient of the relaxed
+    weights `softmax((e + g) / temperature)` (`g = 0` in argmax mode), so the
+    score's parameters learn by back-propagation. With
+    `straight_through=False` no gradient reaches the score (values still get
+    theirs). At inference (`training` false) the output is always exactly one
+    value per query; a query with no valid position gets zeros.
+
+    Ties go to the lowest position. The selection uses `top_k`, not
+    `argmax`, so models export to ONNX.
+
+    Paper: Xu et al. 2015, "Show, Attend and Tell" (hard attention),
+    arXiv:1502.03044; Jang, Gu & Poole 2017, "Categorical Reparameterization
+    with Gumbel-Softmax", arXiv:1611.01144.
+
+    Weights: those of the score layer.
+
+    Shapes: as the score layer: query `(B, dq)` or `(B, Tq, dq)`, value
+    `(B, Tv, dv)`, key `(B, Tv, dk)`; output `(B, dv)` or `(B, Tq, dv)`.
+
+    Args:
+        score: a score layer instance (`AdditiveAttention(units=16)`,
+            `DotAttention()`, ...) or one of the names "dot", "scaled_dot",
+            "general", "concat".
+        mode: "argmax" or "sample".
+        straight_through: train with the straight-through estimator.
+        temperature: the relaxation temperature (> 0) of the backward pass.
+        seed: seed for the Gumbel noise.
+
+    Example:
+
+    ```python
+    layer = keras_attention.HardAttention(score="dot", mode="argmax")
+    query = np.random.rand(2, 8).astype("float32")
+    memory = np.random.rand(2, 5, 8).astype("float32")
+    context, weights = layer(query, memory, return_attention_scores=True)
+    # each row of weights is one-hot, context[b] == memory[b, argmax weights[b]]
+    ```
+    """
+
+    def __init__(
+        self,
+        score="dot",
+        mode="argmax",
+        straight_through=True,
+        temperature=1.0,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(dropout=0.0, seed=seed, **kwargs)
+        _checks.check_choice(self, "mode", mode, _MODES)
+        if not isinstance(temperature, (int, float)) or not temperature > 0:
+            raise ValueError(
+                f"HardAttention: `temperature` must be a number > 0; got {temperature!r}."
+            )
+        self.score_layer = _score_layer(self, score, self.dtype_policy)
+        self.mode = mode
+        self.straight_through = bool(straight_through)
+        self.temperature = float(temperature)
+        self.noise_seed_generator = (
+            keras.random.SeedGenerator(seed) if mode == "sample" else None
+        )
+
+    def build_score(self, query_dim, key_dim):
+        self.score_layer.build_score(query_dim, key_dim)
+        self.score_layer.built = True
+
+    def project_query(self, query):
+        return self.score_layer.project_query(query)
+
+    def project_key(self, key):
+        return self.score_layer.project_key(key)
+
+    def score(self, projected_query, projected_key):
+        return self.score_layer.score(projected_query, projected_key)
+
+    def attention_weights(self, scores, mask, training=None):
+        logits = ops.cast(scores, "float32")
+        if self.mode == "sample":
+            tiny = float(np.finfo("float32").tiny)
+            uniform = keras.random.uniform(
+                ops.shape(logits), minval=tiny, maxval=1.0, seed=self.noise_seed_generator
+            )
+            logits = logits - ops.log(-ops.log(uniform))
+        if mask is None:
+            mask = ops.ones_like(logits, dtype="bool")
+        else:
+            mask = ops.broadcast_to(ops.cast(mask, "bool"), ops.shape(logits))
+        masked = ops.where(mask, logits, float(np.finfo("float32").min))
+        _, best = ops.top_k(masked, k=1)  # (B, Tq, 1); ties -> lowest index
+        positions = ops.arange(ops.shape(logits)[-1], dtype=best.dtype)
+        one_hot = ops.equal(positions, best)
+        any_valid = ops.any(mask, axis=-1, keepdims=True)
+        hard = ops.cast(ops.logical_and(one_hot, any_valid), "float32")
+        if training and self.straight_through:
+            soft = masked_softmax(logits / self.temperature, mask)
+            return hard + soft - ops.stop_gradient(soft)
+        return hard
+
+    def get_config(self):
+        config = super().get_config()
+        del config["dropout"]
+        config.update(
+            {
+                "score": keras.saving.serialize_keras_object(self.score_layer),
+                "mode": self.mode,
+                "straight_through": self.straight_through,
+                "temperature": self.temperature,
+            }
+        )
+        return config
