@@ -101,7 +101,9 @@ class ConcatAttention(KernelSettings, BaseAttention):
     def score(self, projected_query, projected_key):
         if self.kernel is None:
             # (B, Tq, 1) + (B, 1, Tv): the linear form has no hidden layer.
-            return projected_query + ops.transpose(projected_key, (0, 2, 1))
+            # (Squeeze/expand rather than a transpose: tf2onnx turns that
+            # transpose of a size-1 axis into a reshape with wrong dims.)
+            return projected_query + ops.expand_dims(ops.squeeze(projected_key, -1), 1)
         return additive_score(
             projected_query, projected_key, self.score_vector, self.activation
         )

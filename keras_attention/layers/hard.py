@@ -38,6 +38,15 @@ def _score_layer(layer, score, dtype):
             f"{type(layer).__name__}: `score` must be a score layer of this library "
             f"(e.g. DotAttention()) or one of {sorted(_SCORES_BY_NAME)}; got {score!r}."
         )
+    if score.built:
+        raise ValueError(
+            f"{type(layer).__name__}: `score` must be an unbuilt layer (its weights "
+            f"are created for the shapes HardAttention is called with); got the built "
+            f"layer {score.name!r}."
+        )
+    # One dtype policy for the whole computation: the score's variables must
+    # match the dtype HardAttention computes in.
+    score.dtype_policy = dtype
     return score
 
 
@@ -76,9 +85,9 @@ class HardAttention(BaseAttention):
     `(B, Tv, dv)`, key `(B, Tv, dk)`; output `(B, dv)` or `(B, Tq, dv)`.
 
     Args:
-        score: a score layer instance (`AdditiveAttention(units=16)`,
+        score: an unbuilt score layer (`AdditiveAttention(units=16)`,
             `DotAttention()`, ...) or one of the names "dot", "scaled_dot",
-            "general", "concat".
+            "general", "concat". It takes this layer's dtype policy.
         mode: "argmax" or "sample".
         straight_through: train with the straight-through estimator.
         temperature: the relaxation temperature (> 0) of the backward pass.
