@@ -160,7 +160,9 @@ class HardAttention(BaseAttention):
         hard = ops.cast(ops.logical_and(one_hot, any_valid), "float32")
         if training and self.straight_through:
             soft = masked_softmax(logits / self.temperature, mask)
-            return hard + soft - ops.stop_gradient(soft)
+            # (soft - soft) is exactly zero, so the forward pass stays exactly
+            # one-hot while the backward pass sees the relaxed weights.
+            return hard + (soft - ops.stop_gradient(soft))
         return hard
 
     def get_config(self):

@@ -1,0 +1,102 @@
+"""keras_attention.ops: masked_softmax and sequence_mask."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from keras_attention.ops import masked_softmax, sequence_mask
+from tests import reference
+
+
+def test_masked_softmax_hand_case():
+    got = masked_softmax(np.array([[1.0, 2.0, 3.0]], "float32"), np.array([[True, True, False]]))
+    e = np.exp([1.0, 2.0])
+    np.testing.assert_allclose(got, [[e[0] / e.sum(), e[1] / e.sum(), 0.0]], atol=1e-7)
+
+
+def test_masked_softmax_without_mask_is_softmax():
+    scores = np.random.default_rng(0).normal(size=(3, 5)).astype("float32")
+    np.testing.assert_allclose(masked_softmax(scores), reference.masked_softmax(scores), atol=1e-6)
+
+
+def test_masked_softmax_along_another_axis():
+    scores = np.random.default_rng(1).normal(size=(4, 3)).astype("float32")
+    mask = np.array([[1], [1], [0], [1]], bool)
+    got = np.asarray(masked_softmax(scores, mask, axis=0))
+    want = reference.masked_softmax(scores.T, mask.T).T
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scores=hnp.arrays(
+        np.float32,
+        hnp.array_shapes(min_dims=2, max_dims=3, min_side=1, max_side=6),
+        elements=st.floats(-1e4, 1e4, width=32),
+    ),
+    data=st.data(),
+)
+def test_masked_softmax_invariants(scores, data):
+    mask = data.draw(hnp.arrays(bool, scores.shape))
+    weights = np.asarray(masked_softmax(scores, mask))
+    assert np.isfinite(weights).all()
+    assert (weights[~mask] == 0).all(), "padding gets exactly zero"
+    sums = weights.sum(-1)
+    has_valid = mask.any(-1)
+    np.testing.assert_allclose(sums[has_valid], 1.0, atol=1e-5)
+    assert (sums[~has_valid] == 0).all(), "a fully masked row gives zeros"
+    np.testing.assert_allclose(weights, reference.masked_softmax(scores, mask), atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_masked_softmax_low_precision_large_logits(dtype):
+    """Logits near the float16 limit: no overflow to inf, no NaN from masking."""
+    scores = tf.constant([[6.0e4, 5.99e4, -6.0e4, 6.0e4]], dtype=dtype)
+    mask = np.array([[True, True, True, False]])
+    weights = masked_softmax(scores, mask)
+    assert weights.dtype == dtype
+    got = np.asarray(tf.cast(weights, "float32"))
+    want = reference.masked_softmax(np.asarray(tf.cast(scores, "float32")), mask)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, atol=1e-2)
+    assert got[0, 3] == 0
+
+
+def test_masked_softmax_fully_masked_row_has_finite_zero_gradient():
+    scores = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+    mask = np.array([[False, False], [True, True]])
+    with tf.GradientTape() as tape:
+        tape.watch(scores)
+        out = masked_softmax(scores, mask)
+        loss = tf.reduce_sum(out * tf.constant([[1.0, 2.0], [3.0, 5.0]]))
+    grad = tape.gradient(loss, scores).numpy()
+    assert np.isfinite(grad).all()
+    np.testing.assert_array_equal(grad[0], [0.0, 0.0])
+
+
+def test_masked_softmax_float64_stays_float64():
+    out = masked_softmax(np.array([[1.0, 2.0]]), np.array([[True, True]]))
+    assert out.dtype == "float64"
+
+
+def test_masked_softmax_rejects_mask_of_other_rank():
+    with pytest.raises(ValueError, match=r"`mask` must have the same rank.*\(3,\).*\(1, 3\)"):
+        masked_softmax(np.zeros((1, 3), "float32"), np.ones((3,), bool))
+
+
+def test_sequence_mask():
+    np.testing.assert_array_equal(
+        sequence_mask([1, 3, 0], maxlen=4),
+        [[1, 0, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]],
+    )
+    assert sequence_mask(np.array([2, 5])).shape == (2, 5)
+
+
+def test_sequence_mask_errors():
+    with pytest.raises(ValueError, match=r"`lengths` must be a rank-1 tensor.*\(2, 2\)"):
+        sequence_mask(np.ones((2, 2), "int32"))
+    with pytest.raises(ValueError, match=r"`maxlen` must be >= 0; got -1"):
+        sequence_mask([1], maxlen=-1)
