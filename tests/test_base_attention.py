@@ -132,3 +132,16 @@ def test_key_projection_is_separate_from_the_query_step():
     keys = layer.project_key(value)
     stepped = [layer.attend(layer.project_query(query[:, t : t + 1]), keys, value)[0] for t in range(3)]
     np.testing.assert_allclose(np.concatenate(stepped, axis=1), full, atol=1e-6)
+
+
+def test_a_single_query_takes_a_batch_mask():
+    """A rank-2 query from Embedding(mask_zero=True) of one id carries a (B,) mask."""
+    rng = np.random.default_rng(5)
+    query = rng.normal(size=(3, 4)).astype("float32")
+    value = rng.normal(size=(3, 5, 4)).astype("float32")
+    context, weights = ka.DotAttention()(
+        query, value, query_mask=np.array([True, False, True]), return_attention_scores=True
+    )
+    context, weights = np.asarray(context), np.asarray(weights)
+    assert (context[1] == 0).all() and (weights[1] == 0).all()
+    np.testing.assert_allclose(weights[[0, 2]].sum(-1), 1.0, atol=1e-6)

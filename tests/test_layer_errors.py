@@ -37,7 +37,7 @@ def test_wrong_shapes(case, query, value, key, message):
         ((2, 3, 4), {"query_mask": np.ones((2, 5), bool)}, r"`query_mask` must have shape \(batch, Tq\) = \(2, 3\); got shape \(2, 5\)"),
         ((2, 3, 4), {"attention_mask": np.ones((2, 5), bool)}, r"`attention_mask` must have shape \(batch, Tq, Tv\) = \(2, 3, 5\); got shape \(2, 5\)"),
         ((2, 4), {"attention_mask": np.ones((2, 3, 5), bool)}, r"`attention_mask` must have shape \(batch, Tv\) = \(2, 5\); got shape \(2, 3, 5\)"),
-        ((2, 4), {"query_mask": np.ones((2,), bool)}, r"`query_mask` needs a rank-3 query \(batch, Tq, dq\); got a query of shape \(2, 4\)"),
+        ((2, 4), {"query_mask": np.ones((2, 3), bool)}, r"`query_mask` must have shape \(batch,\) = \(2,\); got shape \(2, 3\)"),
         ((2, 4), {"causal": True}, r"`causal=True` needs a rank-3 query"),
     ],
     ids=["value_mask", "query_mask", "attention_mask", "attention_mask_single", "query_mask_single", "causal_single"],

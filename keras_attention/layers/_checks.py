@@ -89,11 +89,6 @@ def check_masks(layer, query, value, query_mask, value_mask, attention_mask, cau
     query_shape, value_shape = _shape(query.shape), _shape(value.shape)
     batch, length_v = value_shape[0], value_shape[1]
     single_query = len(query_shape) == 2
-    if single_query and query_mask is not None:
-        raise ValueError(
-            f"{_name(layer)}: `query_mask` needs a rank-3 query (batch, Tq, dq); "
-            f"got a query of shape {query_shape}."
-        )
     if single_query and causal:
         raise ValueError(
             f"{_name(layer)}: `causal=True` needs a rank-3 query (batch, Tq, dq); "
@@ -102,9 +97,8 @@ def check_masks(layer, query, value, query_mask, value_mask, attention_mask, cau
     if value_mask is not None:
         _check_mask_shape(layer, "value_mask", value_mask, (batch, length_v), "(batch, Tv)")
     if query_mask is not None:
-        _check_mask_shape(
-            layer, "query_mask", query_mask, query_shape[:2], "(batch, Tq)"
-        )
+        meaning = "(batch,)" if single_query else "(batch, Tq)"
+        _check_mask_shape(layer, "query_mask", query_mask, query_shape[:-1], meaning)
     if attention_mask is not None:
         if single_query:
             expected, meaning = (batch, length_v), "(batch, Tv)"

@@ -32,8 +32,9 @@ class BaseAttention(keras.layers.Layer):
             `(B, Tq, dq)`.
         value: `(B, Tv, dv)`.
         key: `(B, Tv, dk)`; defaults to `value`.
-        query_mask: boolean `(B, Tq)`; masked query positions get zero weights
-            and zero output. Filled from the query's Keras mask when omitted.
+        query_mask: boolean `(B, Tq)` (or `(B,)` for a rank-2 query); masked
+            queries get zero weights and zero output. Filled from the query's
+            Keras mask when omitted.
         value_mask: boolean `(B, Tv)`; masked positions get exactly zero
             weight. Filled from the value's Keras mask when omitted.
         attention_mask: boolean `(B, Tq, Tv)` (or `(B, Tv)` for a rank-2
@@ -148,6 +149,8 @@ class BaseAttention(keras.layers.Layer):
         key = ops.cast(key, self.compute_dtype)
         if single_query:
             query = ops.expand_dims(query, 1)
+            if query_mask is not None:
+                query_mask = ops.expand_dims(query_mask, 1)
             if attention_mask is not None:
                 attention_mask = ops.expand_dims(attention_mask, 1)
 
