@@ -7,6 +7,10 @@ one example show where each layer looks.
 
     python examples/demo.py [--epochs 6] [--samples 4000] [--out demo_output]
 
+For each layer it writes `<out>/<Layer>.png`: the weights of one held-out
+sequence for each of the nine possible query digits (rows), a heat-map in
+which every row should light up where its digit occurs.
+
 This is the interim main job of `make demo`; the date-translation example
 replaces it when the examples land.
 """
@@ -75,6 +79,21 @@ def show_weights(name, sequence, query, weights):
     print("    weight " + " ".join(f"{w:5.2f}" for w in weights[: len(tokens)]))
 
 
+def plot_lookup(inspector, sequence, name, path):
+    """Weights of every query digit over one sequence, as a (9, length) heat-map."""
+    digits = np.arange(1, VOCABULARY, dtype="int32")
+    sequences = np.repeat(sequence[None, :], len(digits), axis=0)
+    weights = inspector.predict([sequences, digits], verbose=0)
+    length = int((sequence > 0).sum())
+    ka.plot_attention(
+        weights[:, :length],
+        source_tokens=[str(t) for t in sequence[:length]],
+        target_tokens=[f"query {d}" for d in digits],
+        path=path,
+        title=name,
+    )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=6)
@@ -102,6 +121,8 @@ def main(argv=None):
         weights = inspector.predict(example, verbose=0)[0]
         print(f"  held-out accuracy {accuracy:.3f} ({seconds:.1f} s)")
         show_weights(name, example[0][0], int(example[1][0]), weights)
+        os.makedirs(args.out, exist_ok=True)
+        plot_lookup(inspector, example[0][0], name, os.path.join(args.out, f"{name}.png"))
         valid = example[0][0] > 0
         results[name] = {
             "accuracy": float(accuracy),
@@ -110,7 +131,6 @@ def main(argv=None):
             "weights_sum": float(weights.sum()),
         }
 
-    os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "results.json")
     with open(path, "w") as f:
         json.dump(results, f, indent=2)

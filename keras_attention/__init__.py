@@ -16,6 +16,7 @@ from keras_attention.layers import (
     ScaledDotAttention,
 )
 from keras_attention.ops import masked_softmax, sequence_mask
+from keras_attention.plot import plot_attention
 
 __version__ = "0.1.0"
 
@@ -29,5 +30,6 @@ __all__ = [
     "ScaledDotAttention",
     "masked_softmax",
     "ops",
+    "plot_attention",
     "sequence_mask",
 ]

@@ -48,9 +48,11 @@ def masked_softmax(scores, mask=None, axis=-1):
 
     Example:
 
-    >>> scores = np.array([[1.0, 2.0, 3.0]])
-    >>> keras_attention.ops.masked_softmax(scores, np.array([[True, True, False]]))
-    array([[0.2689, 0.7311, 0.    ]])
+    ```python
+    scores = np.array([[1.0, 2.0, 3.0]], "float32")
+    weights = keras_attention.ops.masked_softmax(scores, np.array([[True, True, False]]))
+    # [[0.2689, 0.7311, 0.0]]: the padded third position gets exactly zero
+    ```
     """
     scores = ops.convert_to_tensor(scores)
     out_dtype = scores.dtype
@@ -93,9 +95,11 @@ def sequence_mask(lengths, maxlen=None):
 
     Example:
 
-    >>> keras_attention.ops.sequence_mask([1, 3], maxlen=4)
-    array([[ True, False, False, False],
-           [ True,  True,  True, False]])
+    ```python
+    mask = keras_attention.ops.sequence_mask([1, 3], maxlen=4)
+    # [[True, False, False, False],
+    #  [True, True,  True,  False]]
+    ```
     """
     lengths = ops.convert_to_tensor(lengths)
     if len(lengths.shape) != 1:

@@ -24,3 +24,5 @@ def test_demo_runs_and_reports_every_layer(tmp_path):
         assert result["padding_weight"] == 0.0, name
         assert abs(result["weights_sum"] - 1.0) < 1e-5, name
     assert "query digit" in completed.stdout
+    for name in results:
+        assert (tmp_path / f"{name}.png").read_bytes().startswith(b"\x89PNG")

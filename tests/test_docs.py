@@ -31,6 +31,16 @@ def test_docstring_has_formula_paper_shapes_and_a_running_example(cls):
     exec(compile(example, f"<{cls.__name__} example>", "exec"), {"np": np, "keras_attention": keras_attention})
 
 
+@pytest.mark.parametrize(
+    "function",
+    [keras_attention.masked_softmax, keras_attention.sequence_mask, keras_attention.plot_attention],
+    ids=lambda f: f.__name__,
+)
+def test_function_examples_run(function):
+    (example,) = _python_blocks(inspect.getdoc(function))
+    exec(compile(example, f"<{function.__name__} example>", "exec"), {"np": np, "keras_attention": keras_attention})
+
+
 def test_readme_examples_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     blocks = [b for b in _python_blocks((ROOT / "README.md").read_text()) if "import keras_attention" in b]

@@ -1,0 +1,62 @@
+"""plot_attention: PNG output, labels, errors and the lazy matplotlib import."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from keras_attention.plot import plot_attention
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_writes_a_png_with_labels_on_both_axes_and_a_colour_bar(tmp_path):
+    weights = np.random.default_rng(0).dirichlet(np.ones(5), size=3)
+    path = tmp_path / "maps" / "attention.png"
+    figure = plot_attention(weights, list("abcde"), ["x", "y", "z"], path=str(path), title="t")
+    data = path.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 5000
+    heatmap, colour_bar = figure.axes
+    assert [t.get_text() for t in heatmap.get_xticklabels()] == list("abcde")
+    assert [t.get_text() for t in heatmap.get_yticklabels()] == ["x", "y", "z"]
+    np.testing.assert_allclose(heatmap.images[0].get_array(), weights, atol=1e-7)
+    assert colour_bar.get_ylabel() == "attention weight"
+    assert len(heatmap.texts) == 15, "small maps are annotated cell by cell"
+    assert list(tmp_path.joinpath("maps").iterdir()) == [path], "no temporary file left"
+
+
+def test_a_30_by_30_map_stays_legible():
+    weights = np.eye(30)
+    figure = plot_attention(weights, [f"s{i}" for i in range(30)], [f"t{i}" for i in range(30)])
+    width, height = figure.get_size_inches()
+    assert width >= 30 * 0.3 and height >= 30 * 0.3, "about a third of an inch per cell"
+    assert not figure.axes[0].texts, "large maps are not annotated"
+    assert figure.axes[0].get_xticklabels()[0].get_fontsize() >= 7
+
+
+def test_accepts_a_batch_of_one_and_default_labels():
+    figure = plot_attention(np.full((1, 2, 4), 0.25))
+    assert [t.get_text() for t in figure.axes[0].get_xticklabels()] == ["0", "1", "2", "3"]
+
+
+@pytest.mark.parametrize(
+    "weights, source, target, message",
+    [
+        (np.ones((2, 3)), ["a", "b"], ["x", "y"], r"`source_tokens` has 2 labels but `weights` has 3 columns"),
+        (np.ones((2, 3)), ["a", "b", "c"], ["x"], r"`target_tokens` has 1 labels but `weights` has 2 rows"),
+        (np.ones((2, 2, 3)), None, None, r"`weights` must have shape \(target_length, source_length\).*got shape \(2, 2, 3\)"),
+        (np.array([[np.nan, 1.0]]), None, None, r"`weights` contains NaN"),
+    ],
+)
+def test_bad_input(weights, source, target, message, tmp_path):
+    path = tmp_path / "never.png"
+    with pytest.raises(ValueError, match=message):
+        plot_attention(weights, source, target, path=str(path))
+    assert not path.exists()
+
+
+def test_missing_matplotlib_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(ImportError, match=r"pip install 'keras-attention\[plot\]'"):
+        plot_attention(np.ones((1, 1)))
