@@ -1,0 +1,74 @@
+"""Pieces every in-graph decoder shares: step calls, buffers and masked writes.
+
+The decoders are written for export: the loop is `keras.ops.while_loop`
+(ONNX Loop), per-step results go into preallocated buffers through masked
+`where` writes (`slice_update` does not convert to ONNX), and token choices use
+`top_k` (`argmax` does not convert either).
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+NEG_INF = float(np.finfo("float32").min) / 2  # finite: survives sums without overflow
+
+
+def call_step(step_fn, ids, state):
+    """Run `step_fn(ids, state)`; returns `(logits, state, alignment or None)`."""
+    result = step_fn(ids, state)
+    if not isinstance(result, (tuple, list)) or len(result) not in (2, 3):
+        raise ValueError(
+            "decoding: `step_fn(ids, state)` must return `(logits, state)` or "
+            f"`(logits, state, alignment)`; got {type(result).__name__} "
+            f"{'of length ' + str(len(result)) if isinstance(result, (tuple, list)) else ''}."
+        )
+    logits, new_state = result[0], result[1]
+    alignment = result[2] if len(result) == 3 else None
+    if len(logits.shape) != 2:
+        raise ValueError(
+            "decoding: `step_fn` must return logits of shape (batch, vocabulary); "
+            f"got shape {tuple(logits.shape)}."
+        )
+    return logits, new_state, alignment
+
+
+def log_probabilities(logits):
+    return ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+
+
+def write_at(buffer, time, values, time_axis):
+    """`buffer[..., time, ...] = values` along `time_axis`, as a masked select."""
+    length = ops.shape(buffer)[time_axis]
+    shape = [1] * len(buffer.shape)
+    shape[time_axis] = length
+    at_time = ops.reshape(ops.equal(ops.arange(length), time), shape)
+    return ops.where(at_time, ops.expand_dims(values, time_axis), buffer)
+
+
+def batch_size_of(start_tokens, initial_state):
+    if isinstance(start_tokens, int):
+        leaves = keras.tree.flatten(initial_state)
+        if not leaves:
+            raise ValueError(
+                "decoding: with an integer `start_tokens`, `initial_state` must hold "
+                "at least one tensor to take the batch size from."
+            )
+        return ops.shape(leaves[0])[0]
+    return ops.shape(start_tokens)[0]
+
+
+def start_ids(start_tokens, batch_size):
+    if isinstance(start_tokens, int):
+        return ops.full((batch_size,), start_tokens, dtype="int32")
+    start_tokens = ops.convert_to_tensor(start_tokens)
+    if len(start_tokens.shape) != 1:
+        raise ValueError(
+            "decoding: `start_tokens` must be an int or a rank-1 tensor of shape "
+            f"(batch,); got shape {tuple(start_tokens.shape)}."
+        )
+    return ops.cast(start_tokens, "int32")
+
+
+def check_max_length(max_length):
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise ValueError(f"decoding: `max_length` must be a positive integer; got {max_length!r}.")

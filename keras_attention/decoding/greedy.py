@@ -1,0 +1,147 @@
+"""Single-hypothesis decoding: greedy search and sampling."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_attention.decoding import _loop
+
+__all__ = ["greedy_search", "sampling_search"]
+
+
+def _single_path_search(step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token):
+    _loop.check_max_length(max_length)
+    pad_token = end_token if pad_token is None else pad_token
+    batch = _loop.batch_size_of(start_tokens, initial_state)
+    first_ids = _loop.start_ids(start_tokens, batch)
+
+    def advance(time, logits, alignment, finished, scores, lengths, out_ids, alignments):
+        log_probs = _loop.log_probabilities(logits)
+        token = ops.where(finished, pad_token, choose(log_probs))
+        token_log_prob = ops.take_along_axis(log_probs, ops.expand_dims(token, 1), axis=1)[:, 0]
+        running = ops.logical_not(finished)
+        scores = scores + ops.where(running, token_log_prob, 0.0)
+        lengths = lengths + ops.cast(running, "int32")
+        out_ids = _loop.write_at(out_ids, time, token, time_axis=1)
+        if alignments is not None:
+            alignment = ops.where(ops.expand_dims(running, 1), ops.cast(alignment, "float32"), 0.0)
+            alignments = _loop.write_at(alignments, time, alignment, time_axis=1)
+        finished = ops.logical_or(finished, ops.equal(token, end_token))
+        return token, finished, scores, lengths, out_ids, alignments
+
+    # The first step runs outside the loop: it tells the alignment length
+    # (the memory length), which the alignment buffer must be allocated with.
+    logits, state, alignment = _loop.call_step(step_fn, first_ids, initial_state)
+    alignments = None
+    if alignment is not None:
+        alignments = ops.zeros((batch, max_length, ops.shape(alignment)[-1]), "float32")
+    token, finished, scores, lengths, out_ids, alignments = advance(
+        0,
+        logits,
+        alignment,
+        ops.zeros((batch,), "bool"),
+        ops.zeros((batch,), "float32"),
+        ops.zeros((batch,), "int32"),
+        ops.full((batch, max_length), pad_token, dtype="int32"),
+        alignments,
+    )
+
+    def cond(time, token, state, finished, *unused):
+        return ops.logical_and(ops.less(time, max_length), ops.logical_not(ops.all(finished)))
+
+    def body(time, token, state, finished, scores, lengths, out_ids, *maybe_alignments):
+        logits, state, alignment = _loop.call_step(step_fn, token, state)
+        alignments = maybe_alignments[0] if maybe_alignments else None
+        token, finished, scores, lengths, out_ids, alignments = advance(
+            time, logits, alignment, finished, scores, lengths, out_ids, alignments
+        )
+        extra = (alignments,) if alignments is not None else ()
+        return (time + 1, token, state, finished, scores, lengths, out_ids, *extra)
+
+    extra = (alignments,) if alignments is not None else ()
+    loop_vars = (ops.convert_to_tensor(1, "int32"), token, state, finished, scores, lengths, out_ids, *extra)
+    _, _, _, _, scores, lengths, out_ids, *extra = ops.while_loop(cond, body, loop_vars)
+    result = {"ids": out_ids, "scores": scores, "lengths": lengths}
+    if extra:
+        result["alignments"] = extra[0]
+    return result
+
+
+def greedy_search(step_fn, initial_state, start_tokens, end_token, max_length, pad_token=None):
+    """Greedy decoding inside the graph: at each step take the most likely token.
+
+    `step_fn(ids, state) -> (logits, state)` (or `(logits, state, alignment)`)
+    advances every hypothesis by one token: `ids` is `(batch,)` int32,
+    `logits` is `(batch, vocabulary)`, `alignment` is `(batch, source_length)`.
+    The loop is a `keras.ops.while_loop` that stops after `max_length` steps
+    or once every sequence has produced `end_token`; it compiles with XLA and
+    exports to SavedModel and ONNX.
+
+    Args:
+        step_fn: the decoder step.
+        initial_state: any nest of tensors with leading dimension `batch`.
+        start_tokens: `(batch,)` ids for the first step, or one int.
+        end_token: the id that ends a sequence.
+        max_length: a Python int, the most tokens to produce.
+        pad_token: the id written after a sequence ended (default: `end_token`).
+
+    Returns:
+        A dict: `ids (batch, max_length)` int32; `scores (batch,)` the sum of
+        the log-probabilities of the produced tokens; `lengths (batch,)` the
+        number of tokens produced, the end token included; and, when the step
+        returns alignments, `alignments (batch, max_length, source_length)`
+        (zero after the end).
+    """
+
+    def choose(log_probs):
+        return ops.cast(ops.top_k(log_probs, 1)[1][:, 0], "int32")
+
+    return _single_path_search(step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token)
+
+
+def sampling_search(
+    step_fn,
+    initial_state,
+    start_tokens,
+    end_token,
+    max_length,
+    temperature=1.0,
+    top_k=None,
+    seed=None,
+    pad_token=None,
+):
+    """Sampling decoding inside the graph: each token drawn from the model.
+
+    At each step the next token is drawn from `softmax(logits / temperature)`
+    restricted to the `top_k` most likely tokens (all tokens when `top_k` is
+    None), with the Gumbel-max trick (`top_k` of logits plus Gumbel noise), so
+    the loop uses only ops that compile with XLA. The returned `scores` are the
+    log-probabilities under the model itself (temperature 1, no truncation).
+
+    Args:
+        step_fn, initial_state, start_tokens, end_token, max_length, pad_token:
+            as in `greedy_search`.
+        temperature: > 0; below 1 sharpens, above 1 flattens the distribution.
+        top_k: keep only the k most likely tokens at each step (None: all).
+        seed: an int or a `keras.random.SeedGenerator`. Inside a compiled
+            function pass a SeedGenerator created outside it.
+
+    Returns:
+        As `greedy_search`.
+    """
+    if not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"sampling_search: `temperature` must be a number > 0; got {temperature!r}.")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"sampling_search: `top_k` must be a positive integer or None; got {top_k!r}.")
+    seed = seed if isinstance(seed, keras.random.SeedGenerator) else keras.random.SeedGenerator(seed)
+    tiny = float(np.finfo("float32").tiny)
+
+    def choose(log_probs):
+        logits = log_probs / temperature
+        if top_k is not None:
+            kth_best = ops.top_k(logits, top_k)[0][:, -1:]
+            logits = ops.where(ops.less(logits, kth_best), _loop.NEG_INF, logits)
+        uniform = keras.random.uniform(ops.shape(logits), minval=tiny, maxval=1.0, seed=seed)
+        return ops.cast(ops.top_k(logits - ops.log(-ops.log(uniform)), 1)[1][:, 0], "int32")
+
+    return _single_path_search(step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token)

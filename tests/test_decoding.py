@@ -1,0 +1,334 @@
+"""In-graph decoding: greedy, sampling, beam search, gather_tree and tile_batch."""
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attention.decoding import (
+    beam_search,
+    gather_tree,
+    greedy_search,
+    length_penalty,
+    sampling_search,
+    tile_batch,
+)
+
+END = 0
+
+
+class TableModel:
+    """A fixed step function: logits = table[example, time, previous token].
+
+    Deterministic and cheap, so decoders can be compared with exhaustive
+    search. It also returns an alignment over a source of `source_lengths[b]`
+    positions (zero on padding), and counts its calls.
+    """
+
+    def __init__(self, rng, batch, vocabulary, max_time, source_lengths=None, scale=2.0):
+        self.vocabulary = vocabulary
+        self.table = rng.normal(size=(batch, max_time + 1, vocabulary, vocabulary)).astype("float32") * scale
+        self.source_lengths = source_lengths
+        self.calls = 0
+        self.state = {"example": np.arange(batch, dtype="int32"), "time": np.zeros(batch, "int32")}
+
+    def log_probs(self, example, time, previous):
+        return tf.nn.log_softmax(self.table[example, time, previous]).numpy().astype(np.float64)
+
+    def __call__(self, ids, state):
+        self.calls += 1
+        example, time = state["example"], state["time"]
+        logits = tf.gather_nd(self.table, tf.stack([example, time, ids], -1))
+        new_state = {"example": example, "time": tf.minimum(time + 1, self.table.shape[1] - 1)}
+        if self.source_lengths is None:
+            return logits, new_state
+        width = max(self.source_lengths)
+        valid = tf.sequence_mask(tf.gather(self.source_lengths, example), width)
+        energies = tf.tile(logits[:, :1], [1, width]) * tf.range(1.0, width + 1.0)
+        alignment = tf.nn.softmax(tf.where(valid, energies, -1e9)) * tf.cast(valid, tf.float32)
+        return logits, new_state, alignment
+
+
+def exhaustive(model, example, max_length, start, alpha=0.0):
+    """Every hypothesis (ended by END or by max_length) with its GNMT score."""
+    results = []
+    for length in range(1, max_length + 1):
+        for tokens in itertools.product(range(model.vocabulary), repeat=length):
+            if END in tokens[:-1] or (length < max_length and tokens[-1] != END):
+                continue
+            previous, total = start, 0.0
+            for time, token in enumerate(tokens):
+                total += model.log_probs(example, time, previous)[token]
+                previous = token
+            score = total / ((5.0 + length) / 6.0) ** alpha
+            results.append((score, tokens))
+    return sorted(results, reverse=True)
+
+
+@pytest.mark.parametrize("vocabulary, max_length, alpha", [(4, 3, 0.0), (3, 4, 0.0), (3, 4, 1.5)])
+def test_beam_search_equals_exhaustive_search(vocabulary, max_length, alpha):
+    rng = np.random.default_rng(vocabulary * 10 + max_length)
+    model = TableModel(rng, batch=2, vocabulary=vocabulary, max_time=max_length)
+    width = vocabulary**max_length  # wide enough that nothing is pruned
+    result = beam_search(model, model.state, 1, END, max_length, width, length_penalty_weight=alpha)
+    for example in range(2):
+        want = exhaustive(model, example, max_length, start=1, alpha=alpha)
+        scores = result["scores"].numpy()[example][: len(want)]
+        np.testing.assert_allclose(scores, [score for score, _ in want], rtol=1e-5, atol=1e-5)
+        best_tokens = want[0][1]
+        ids = result["ids"].numpy()[example, 0]
+        assert tuple(ids[: len(best_tokens)]) == best_tokens
+        assert result["lengths"].numpy()[example, 0] == len(best_tokens)
+        assert (ids[len(best_tokens):] == END).all()
+
+
+def test_narrow_beam_finds_the_exhaustive_best_on_a_peaked_model():
+    rng = np.random.default_rng(3)
+    model = TableModel(rng, batch=3, vocabulary=4, max_time=4, scale=4.0)
+    result = beam_search(model, model.state, 1, END, 4, beam_width=4)
+    for example in range(3):
+        best_score, best_tokens = exhaustive(model, example, 4, start=1)[0]
+        assert result["scores"].numpy()[example, 0] >= best_score - 1e-5
+
+
+def test_width_one_equals_greedy():
+    rng = np.random.default_rng(4)
+    model = TableModel(rng, batch=4, vocabulary=5, max_time=6)
+    greedy = greedy_search(model, model.state, 2, END, 6)
+    beam = beam_search(model, model.state, 2, END, 6, beam_width=1)
+    np.testing.assert_array_equal(beam["ids"].numpy()[:, 0], greedy["ids"].numpy())
+    np.testing.assert_array_equal(beam["lengths"].numpy()[:, 0], greedy["lengths"].numpy())
+    np.testing.assert_allclose(beam["log_probs"].numpy()[:, 0], greedy["scores"].numpy(), rtol=1e-6)
+
+
+def test_greedy_matches_a_step_by_step_reference():
+    rng = np.random.default_rng(5)
+    model = TableModel(rng, batch=3, vocabulary=4, max_time=5)
+    result = greedy_search(model, model.state, 1, END, 5)
+    for example in range(3):
+        previous, total, tokens = 1, 0.0, []
+        for time in range(5):
+            log_probs = model.log_probs(example, time, previous)
+            previous = int(np.argmax(log_probs))
+            total += log_probs[previous]
+            tokens.append(previous)
+            if previous == END:
+                break
+        ids = result["ids"].numpy()[example]
+        assert list(ids[: len(tokens)]) == tokens and (ids[len(tokens):] == END).all()
+        assert result["lengths"].numpy()[example] == len(tokens)
+        np.testing.assert_allclose(result["scores"].numpy()[example], total, rtol=1e-5)
+
+
+def test_length_penalty_changes_the_ranking_as_its_formula_says():
+    """A short hypothesis beats a long one without the penalty and loses with it."""
+    # Vocabulary {0: END, 1, 2}; every row is a distribution. From the start:
+    # END directly (log p = -1.0) or token 1 (log p = -0.5) then END
+    # (log p = -0.7): raw -1.0 against -1.2; every other hypothesis is worse.
+    table = np.full((1, 3, 3, 3), np.log(1 / 3), "float32")
+    table[0, 0, 1] = np.log([0.3679, 0.6065, 0.0256])  # step 0 from start token 1
+    table[0, 1, 1] = np.log([0.4966, 0.2517, 0.2517])  # step 1 after token 1
+    model = TableModel(np.random.default_rng(0), batch=1, vocabulary=3, max_time=2)
+    model.table = table
+    short, long_ = -1.0, np.log(0.6065) + np.log(0.4966)
+    for alpha in (0.0, 2.0):
+        result = beam_search(model, model.state, 1, END, 2, beam_width=2, length_penalty_weight=alpha)
+        want = sorted([(short / length_penalty(1, alpha), (0,)), (long_ / length_penalty(2, alpha), (1, 0))], reverse=True)
+        got_ids = result["ids"].numpy()[0, 0]
+        assert tuple(got_ids[: len(want[0][1])]) == want[0][1]
+        np.testing.assert_allclose(result["scores"].numpy()[0], [float(s) for s, _ in want], rtol=1e-4)
+    assert short > long_ and short / float(length_penalty(1, 2.0)) < long_ / float(length_penalty(2, 2.0))
+
+
+def test_finished_beams_stay_finished_and_decoding_stops_when_all_end():
+    rng = np.random.default_rng(6)
+    model = TableModel(rng, batch=2, vocabulary=4, max_time=3)
+    model.table[:, 2, :, END] += 50.0  # everything ends by step 2
+    result = beam_search(model, model.state, 1, END, 40, beam_width=3)
+    assert model.calls == 3, "decoding must stop once every beam has ended"
+    ids, lengths = result["ids"].numpy(), result["lengths"].numpy()
+    assert ids.shape == (2, 3, 40)
+    for example, beam in np.ndindex(2, 3):
+        length = lengths[example, beam]
+        assert ids[example, beam, length - 1] == END
+        assert (ids[example, beam, length:] == END).all()
+        assert END not in ids[example, beam, : length - 1]
+    greedy_model = TableModel(rng, batch=2, vocabulary=4, max_time=3)
+    greedy_model.table[:, 0, :, END] -= 50.0  # never ends at step 0
+    greedy_model.table[:, 1, :, END] += 50.0  # always ends at step 1
+    greedy_search(greedy_model, greedy_model.state, 1, END, 40)
+    assert greedy_model.calls == 2
+
+
+def test_batch_with_different_memory_lengths_keeps_alignments_off_padding():
+    rng = np.random.default_rng(7)
+    model = TableModel(rng, batch=3, vocabulary=4, max_time=4, source_lengths=[2, 5, 3])
+    for result in (
+        beam_search(model, model.state, 1, END, 4, beam_width=2, coverage_penalty_weight=0.3),
+        greedy_search(model, model.state, 1, END, 4),
+    ):
+        alignments = result["alignments"].numpy()
+        if alignments.ndim == 3:
+            alignments = alignments[:, None]
+            lengths = result["lengths"].numpy()[:, None]
+        else:
+            lengths = result["lengths"].numpy()
+        for example, source_length in enumerate([2, 5, 3]):
+            assert (alignments[example, ..., source_length:] == 0).all()
+            for beam in range(alignments.shape[1]):
+                steps = lengths[example, beam]
+                np.testing.assert_allclose(alignments[example, beam, :steps].sum(-1), 1.0, atol=1e-5)
+                assert (alignments[example, beam, steps:] == 0).all()
+
+
+def test_coverage_penalty_follows_its_formula():
+    rng = np.random.default_rng(8)
+    model = TableModel(rng, batch=1, vocabulary=3, max_time=3, source_lengths=[4])
+    plain = beam_search(model, model.state, 1, END, 3, beam_width=9)
+    penalised = beam_search(model, model.state, 1, END, 3, beam_width=9, coverage_penalty_weight=0.5)
+    # Recompute the best penalised beam's score from its own alignments.
+    alignments, length = penalised["alignments"].numpy()[0, 0], penalised["lengths"].numpy()[0, 0]
+    coverage = alignments[:length].sum(0)
+    penalty = 0.5 * np.log(np.minimum(coverage[coverage > 0], 1.0)).sum()
+    ends = penalised["ids"].numpy()[0, 0, length - 1] == END
+    want = penalised["log_probs"].numpy()[0, 0] + (penalty if ends else 0.0)
+    np.testing.assert_allclose(penalised["scores"].numpy()[0, 0], want, rtol=1e-5)
+    assert penalised["scores"].numpy()[0, 0] <= plain["scores"].numpy()[0, 0] + 1e-6
+
+
+def test_sampling_follows_the_model_distribution_and_respects_top_k():
+    probabilities = np.array([0.1, 0.6, 0.3], "float32")
+    table = np.tile(np.log(probabilities), (1, 2, 3, 1)).reshape(1, 2, 3, 3)
+    model = TableModel(np.random.default_rng(0), batch=1, vocabulary=3, max_time=1)
+    model.table = np.repeat(table, 4000, axis=0)
+    state = {"example": np.arange(4000, dtype="int32"), "time": np.zeros(4000, "int32")}
+    first = sampling_search(model, state, 1, END, 1, seed=3)["ids"].numpy()[:, 0]
+    np.testing.assert_allclose(np.bincount(first, minlength=3) / 4000, probabilities, atol=0.03)
+    top1 = sampling_search(model, state, 1, END, 1, top_k=1, seed=3)["ids"].numpy()[:, 0]
+    assert (top1 == 1).all()
+    sharp = sampling_search(model, state, 1, END, 1, temperature=0.05, seed=3)["ids"].numpy()[:, 0]
+    assert (sharp == 1).mean() > 0.99
+    again = sampling_search(model, state, 1, END, 1, seed=3)["ids"].numpy()[:, 0]
+    np.testing.assert_array_equal(first, again)
+
+
+def test_decoders_compile_with_xla():
+    rng = np.random.default_rng(9)
+    model = TableModel(rng, batch=2, vocabulary=4, max_time=5, source_lengths=[3, 5])
+    eager = beam_search(model, model.state, 1, END, 5, beam_width=3, length_penalty_weight=0.6)
+    compiled = tf.function(
+        lambda: beam_search(model, model.state, 1, END, 5, beam_width=3, length_penalty_weight=0.6),
+        jit_compile=True,
+    )()
+    np.testing.assert_array_equal(compiled["ids"], eager["ids"])
+    np.testing.assert_allclose(compiled["scores"], eager["scores"], rtol=1e-5)
+    greedy = tf.function(lambda: greedy_search(model, model.state, 1, END, 5), jit_compile=True)()
+    np.testing.assert_array_equal(greedy["ids"], greedy_search(model, model.state, 1, END, 5)["ids"])
+
+
+def test_decode_loops_export_to_onnx_with_identical_ids(tmp_path):
+    import onnxruntime
+    import tf2onnx
+
+    rng = np.random.default_rng(10)
+    model = TableModel(rng, batch=3, vocabulary=5, max_time=6, source_lengths=[2, 6, 4])
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int32, name="start")])
+    def decode(start):
+        state = {"example": tf.range(tf.shape(start)[0]), "time": tf.zeros_like(start)}
+        beam = beam_search(model, state, start, END, 6, beam_width=3, length_penalty_weight=0.6)
+        greedy = greedy_search(model, state, start, END, 6)
+        return {"beam_ids": beam["ids"], "beam_scores": beam["scores"], "greedy_ids": greedy["ids"]}
+
+    path = str(tmp_path / "decode.onnx")
+    tf2onnx.convert.from_function(decode, input_signature=decode.input_signature, opset=17, output_path=path)
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    start = np.array([1, 2, 3], "int32")
+    expected = decode(tf.constant(start))
+    names = [o.name for o in session.get_outputs()]
+    got = dict(zip(names, session.run(None, {session.get_inputs()[0].name: start})))
+    for key in ("beam_ids", "greedy_ids"):
+        (name,) = [n for n in names if key in n]
+        np.testing.assert_array_equal(got[name], expected[key].numpy())
+    (name,) = [n for n in names if "beam_scores" in n]
+    np.testing.assert_allclose(got[name], expected["beam_scores"].numpy(), atol=1e-4)
+
+
+# ------------------------------------------------------------------ gather_tree
+
+
+def gather_tree_reference(step_ids, parent_ids, lengths, end_token):
+    """tfa's gather_tree, as its kernel does it, with explicit loops."""
+    max_time, batch, beam = step_ids.shape
+    out = np.full_like(step_ids, end_token)
+    for b in range(batch):
+        length = min(lengths[b], max_time)
+        for k in range(beam):
+            if length == 0:
+                continue
+            out[length - 1, b, k] = step_ids[length - 1, b, k]
+            parent = parent_ids[length - 1, b, k]
+            for time in range(length - 2, -1, -1):
+                out[time, b, k] = step_ids[time, b, parent]
+                parent = parent_ids[time, b, parent]
+            finished = False
+            for time in range(length):
+                if finished:
+                    out[time, b, k] = end_token
+                elif out[time, b, k] == end_token:
+                    finished = True
+    return out
+
+
+def test_gather_tree_hand_cases():
+    step_ids = np.array([[[1, 2]], [[3, 4]], [[5, 6]]], "int32")
+    parent_ids = np.array([[[0, 0]], [[1, 0]], [[0, 1]]], "int32")
+    got = gather_tree(step_ids, parent_ids, [3], end_token=9).numpy()
+    np.testing.assert_array_equal(got[:, 0, :].T, [[2, 3, 5], [1, 4, 6]])
+    # An end token in the middle ends the sequence: what follows is the end token.
+    got = gather_tree(step_ids, parent_ids, [3], end_token=3).numpy()
+    np.testing.assert_array_equal(got[:, 0, :].T, [[2, 3, 3], [1, 4, 6]])
+    # Steps at or past the length are padding (the end token).
+    got = gather_tree(step_ids, parent_ids, [2], end_token=9).numpy()
+    np.testing.assert_array_equal(got[:, 0, :].T, [[2, 3, 9], [1, 4, 9]])
+
+
+def test_gather_tree_matches_the_reference_on_random_trees():
+    rng = np.random.default_rng(11)
+    for _ in range(5):
+        max_time, batch, beam = 6, 3, 4
+        step_ids = rng.integers(0, 5, size=(max_time, batch, beam)).astype("int32")
+        parent_ids = rng.integers(0, beam, size=(max_time, batch, beam)).astype("int32")
+        lengths = rng.integers(0, max_time + 1, size=batch)
+        np.testing.assert_array_equal(
+            gather_tree(step_ids, parent_ids, lengths, 4).numpy(),
+            gather_tree_reference(step_ids, parent_ids, lengths, 4),
+        )
+
+
+def test_tile_batch_repeats_in_place():
+    nested = {"a": np.array([[1, 1], [2, 2]]), "b": (np.array([5, 6]),)}
+    tiled = tile_batch(nested, 3)
+    np.testing.assert_array_equal(tiled["a"], [[1, 1]] * 3 + [[2, 2]] * 3)
+    np.testing.assert_array_equal(tiled["b"][0], [5, 5, 5, 6, 6, 6])
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda m: beam_search(m, m.state, 1, END, 3, beam_width=0), r"`beam_width` must be a positive integer; got 0"),
+        (lambda m: beam_search(m, m.state, 1, END, 3, 2, length_penalty_weight=-1), r"`length_penalty_weight` must be a number >= 0; got -1"),
+        (lambda m: greedy_search(m, m.state, 1, END, 0), r"`max_length` must be a positive integer; got 0"),
+        (lambda m: sampling_search(m, m.state, 1, END, 3, temperature=0), r"`temperature` must be a number > 0; got 0"),
+        (lambda m: sampling_search(m, m.state, 1, END, 3, top_k=0), r"`top_k` must be a positive integer or None; got 0"),
+        (lambda m: greedy_search(lambda ids, s: ids, m.state, 1, END, 3), r"must return `\(logits, state\)`"),
+        (lambda m: greedy_search(m, m.state, np.ones((2, 2), "int32"), END, 3), r"`start_tokens` must be an int or a rank-1 tensor.*\(2, 2\)"),
+        (lambda m: tile_batch(np.ones(2), 0), r"`multiplier` must be a positive integer; got 0"),
+        (lambda m: gather_tree(np.ones((2, 2)), np.ones((2, 2, 1)), [1], 0), r"`step_ids` must have shape \(max_time, batch, beam\); got shape \(2, 2\)"),
+    ],
+)
+def test_bad_arguments(call, message):
+    model = TableModel(np.random.default_rng(0), batch=2, vocabulary=3, max_time=3)
+    with pytest.raises(ValueError, match=message):
+        call(model)
