@@ -1,0 +1,134 @@
+"""Masked per-token sequence loss with tfa.seq2seq's averaging options."""
+
+import keras
+from keras import ops
+
+__all__ = ["SequenceLoss", "sequence_loss"]
+
+
+def _check_options(average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch):
+    if average_across_timesteps and sum_over_timesteps:
+        raise ValueError(
+            "sequence_loss: `average_across_timesteps` and `sum_over_timesteps` "
+            "cannot both be true."
+        )
+    if average_across_batch and sum_over_batch:
+        raise ValueError(
+            "sequence_loss: `average_across_batch` and `sum_over_batch` cannot both be true."
+        )
+
+
+def sequence_loss(
+    logits,
+    targets,
+    weights=None,
+    average_across_timesteps=True,
+    average_across_batch=True,
+    sum_over_timesteps=False,
+    sum_over_batch=False,
+):
+    """Weighted token cross-entropy over a batch of sequences, as tfa.seq2seq had it.
+
+    With `l[b, t] = -log softmax(logits[b, t])[targets[b, t]] * w[b, t]`:
+
+    - average across both (default): `sum(l) / sum(w)`, the mean over real tokens;
+    - average across timesteps only: `(B,)`, `sum_t l / sum_t w`;
+    - average across batch only: `(T,)`, `sum_b l / sum_b w`;
+    - sum over both: `sum(l) / count(w != 0)`; over one axis: likewise per the
+      other axis (tfa's definition: a weighted sum normalised by the count of
+      non-zero weights);
+    - none of them: the `(B, T)` weighted losses.
+
+    Divisions by zero give zero. The Keras-native equivalent of the default is
+    `keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+    reduction="mean_with_sample_weight")` with the padding mask as
+    `sample_weight` (or as the prediction's Keras mask).
+
+    Args:
+        logits: `(B, T, V)` unnormalised scores.
+        targets: int `(B, T)`.
+        weights: `(B, T)` (e.g. a padding mask); default all ones.
+
+    Returns:
+        A float32 scalar, `(B,)`, `(T,)` or `(B, T)` tensor as above.
+    """
+    _check_options(average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch)
+    logits = ops.convert_to_tensor(logits)
+    targets = ops.convert_to_tensor(targets)
+    if len(logits.shape) != 3:
+        raise ValueError(f"sequence_loss: `logits` must have shape (batch, time, vocabulary); got shape {tuple(logits.shape)}.")
+    if len(targets.shape) != 2:
+        raise ValueError(f"sequence_loss: `targets` must have shape (batch, time); got shape {tuple(targets.shape)}.")
+    weights = ops.ones(ops.shape(targets), "float32") if weights is None else ops.cast(weights, "float32")
+    if len(weights.shape) != 2:
+        raise ValueError(f"sequence_loss: `weights` must have shape (batch, time); got shape {tuple(weights.shape)}.")
+    losses = keras.losses.sparse_categorical_crossentropy(
+        targets, ops.cast(logits, "float32"), from_logits=True
+    ) * weights
+
+    if average_across_timesteps or average_across_batch:
+        axis = None if (average_across_timesteps and average_across_batch) else (1 if average_across_timesteps else 0)
+        total, divisor = ops.sum(losses, axis=axis), ops.sum(weights, axis=axis)
+    elif sum_over_timesteps or sum_over_batch:
+        axis = None if (sum_over_timesteps and sum_over_batch) else (1 if sum_over_timesteps else 0)
+        nonzero = ops.cast(ops.not_equal(weights, 0.0), "float32")
+        total, divisor = ops.sum(losses, axis=axis), ops.sum(nonzero, axis=axis)
+    else:
+        return losses
+    return ops.divide_no_nan(total, divisor)
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class SequenceLoss(keras.losses.Loss):
+    """`sequence_loss` as a Keras loss: `model.compile(loss=SequenceLoss())`.
+
+    `sample_weight` (or, when absent, the Keras mask of the predictions, as
+    decoders produce from padded targets) gives the token weights, and the
+    averaging options are those of `sequence_loss`. `y_pred` is the logits
+    `(B, T, V)`, `y_true` the int targets `(B, T)`.
+    """
+
+    def __init__(
+        self,
+        average_across_timesteps=True,
+        average_across_batch=True,
+        sum_over_timesteps=False,
+        sum_over_batch=False,
+        name="sequence_loss",
+        **kwargs,
+    ):
+        _check_options(average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch)
+        super().__init__(name=name, reduction=None, **kwargs)
+        self.average_across_timesteps = average_across_timesteps
+        self.average_across_batch = average_across_batch
+        self.sum_over_timesteps = sum_over_timesteps
+        self.sum_over_batch = sum_over_batch
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is None:
+            sample_weight = getattr(y_pred, "_keras_mask", None)
+        return sequence_loss(
+            y_pred,
+            y_true,
+            sample_weight,
+            average_across_timesteps=self.average_across_timesteps,
+            average_across_batch=self.average_across_batch,
+            sum_over_timesteps=self.sum_over_timesteps,
+            sum_over_batch=self.sum_over_batch,
+        )
+
+    def call(self, y_true, y_pred):
+        return sequence_loss(y_pred, y_true, average_across_timesteps=False, average_across_batch=False)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("reduction", None)
+        config.update(
+            {
+                "average_across_timesteps": self.average_across_timesteps,
+                "average_across_batch": self.average_across_batch,
+                "sum_over_timesteps": self.sum_over_timesteps,
+                "sum_over_batch": self.sum_over_batch,
+            }
+        )
+        return config
