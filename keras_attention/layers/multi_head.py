@@ -1,0 +1,340 @@
+"""Multi-head attention (Vaswani et al. 2017)."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_attention.layers import _checks
+from keras_attention.layers._weights import KernelSettings
+from keras_attention.layers.base import BaseAttention
+from keras_attention.ops import masked_softmax
+
+__all__ = ["MultiHeadAttention"]
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class MultiHeadAttention(KernelSettings, keras.layers.Layer):
+    """Multi-head scaled dot-product attention (Vaswani et al. 2017).
+
+    Each of the `H` heads attends with its own projections of the query, key
+    and value; the heads are concatenated and projected:
+
+        head_h = Attention(Q W_q^h, K W_k^h, V W_v^h)
+        Attention(Q, K, V) = softmax(Q K^T / sqrt(key_dim)) V   (valid positions only)
+        MHA(Q, K, V) = concat(head_1, ..., head_H) W_o
+
+    (each projection adds its bias with `use_bias`). The weights have the
+    layout of `keras.layers.MultiHeadAttention`, in the same order, so
+    `layer.set_weights(keras_mha.get_weights())` copies a Keras layer of the
+    same configuration. (The key bias adds `q . b_k`, the same for every key
+    of a query, so it cancels in the softmax and never trains; it is kept
+    for that compatibility.)
+
+    Masks follow the library's contract: padding gets exactly zero weight in
+    every head, and a query row with no valid position (a masked query, or
+    every key masked) gets zero weights and an output of exactly zero (the
+    output bias included), with finite gradients. Unlike Keras's layer, an
+    explicit `query_mask` is honoured.
+
+    When no weights are returned and dropout is inactive, the heads are
+    computed by `keras.ops.dot_product_attention` (flash attention where the
+    backend and device allow; the TensorFlow backend has none, but the op
+    compiles with XLA and exports to ONNX with boolean masks); otherwise by
+    an explicit masked softmax. Both give the same output.
+
+    A decoder projects its memory once per sequence and only the query at
+    each step:
+
+        projected_key = layer.project_key(memory)       # once per sequence
+        projected_value = layer.project_value(memory)   # once per sequence
+        output, _ = layer.attend(layer.project_query(query), projected_key,
+                                 projected_value, mask)
+
+    Paper: Vaswani et al., "Attention Is All You Need", arXiv:1706.03762.
+
+    Weights (`d*` are the input sizes, `out` = `output_dim` or `dq`):
+        query_kernel `(dq, H, key_dim)`, key_kernel `(dk, H, key_dim)`,
+        value_kernel `(dv, H, value_dim)`, output_kernel `(H, value_dim, out)`;
+        with `use_bias`: query_bias and key_bias `(H, key_dim)`, value_bias
+        `(H, value_dim)`, output_bias `(out,)`.
+
+    Shapes: query `(B, dq)` or `(B, Tq, dq)`, value `(B, Tv, dv)`, key
+    `(B, Tv, dk)` (default: value); output `(B, out)` or `(B, Tq, out)`;
+    weights (with `return_attention_scores=True`) `(B, H, Tv)` or
+    `(B, H, Tq, Tv)`. Masks and the other call arguments are those of
+    `BaseAttention`.
+
+    Args:
+        num_heads: number of heads `H`.
+        key_dim: size of each head's query and key projections.
+        value_dim: size of each head's value projection; defaults to `key_dim`.
+        dropout: fraction of attention weights to drop in training.
+        use_bias: add biases to the four projections.
+        output_dim: size of the output; defaults to the query size `dq`.
+        kernel_initializer, bias_initializer, kernel_regularizer,
+        bias_regularizer: as in `keras.layers.Dense`.
+        seed: seed for the dropout.
+
+    Example:
+
+    ```python
+    layer = keras_attention.MultiHeadAttention(num_heads=4, key_dim=8)
+    x = np.random.rand(2, 6, 16).astype("float32")         # (B, T, d)
+    padding = np.array([[True] * 6, [True] * 4 + [False] * 2])
+    output, weights = layer(x, x, value_mask=padding, causal=True,
+                            return_attention_scores=True)
+    # output: (2, 6, 16); weights: (2, 4, 6, 6), zero on padding
+    ```
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_dim=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        _checks.check_positive_int(self, "num_heads", num_heads)
+        _checks.check_positive_int(self, "key_dim", key_dim)
+        _checks.check_positive_int(self, "value_dim", value_dim, allow_none=True)
+        _checks.check_positive_int(self, "output_dim", output_dim, allow_none=True)
+        _checks.check_fraction(self, "dropout", dropout)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.dropout = float(dropout)
+        self.use_bias = bool(use_bias)
+        self.output_dim = output_dim
+        self._set_kernel_settings(kernel_initializer, kernel_regularizer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.seed = seed
+        self.seed_generator = (
+            keras.random.SeedGenerator(seed) if self.dropout > 0 else None
+        )
+        self.supports_masking = True
+
+    @property
+    def _head_value_dim(self):
+        return self.key_dim if self.value_dim is None else self.value_dim
+
+    # ---------------------------------------------------------------- weights
+
+    def _add_bias(self, name, shape):
+        if not self.use_bias:
+            return None
+        return self.add_weight(
+            name=name,
+            shape=shape,
+            initializer=self.bias_initializer,
+            regularizer=self.bias_regularizer,
+        )
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+        _checks.check_input_shapes(self, query_shape, value_shape, key_shape)
+        dims = {}
+        for argument, shape in (("query", query_shape), ("key", key_shape), ("value", value_shape)):
+            if shape[-1] is None:
+                raise ValueError(
+                    f"{type(self).__name__}: the last dimension of `{argument}` "
+                    "must be known when the layer is built; got None."
+                )
+            dims[argument] = int(shape[-1])
+        heads, value_dim = self.num_heads, self._head_value_dim
+        out = self.output_dim or dims["query"]
+        # Creation order = Keras MHA's get_weights() order, so weights copy over.
+        self.query_kernel = self._add_kernel("query_kernel", (dims["query"], heads, self.key_dim))
+        self.query_bias = self._add_bias("query_bias", (heads, self.key_dim))
+        self.key_kernel = self._add_kernel("key_kernel", (dims["key"], heads, self.key_dim))
+        self.key_bias = self._add_bias("key_bias", (heads, self.key_dim))
+        self.value_kernel = self._add_kernel("value_kernel", (dims["value"], heads, value_dim))
+        self.value_bias = self._add_bias("value_bias", (heads, value_dim))
+        self.output_kernel = self._add_kernel("output_kernel", (heads, value_dim, out))
+        self.output_bias = self._add_bias("output_bias", (out,))
+        self.built = True
+
+    # ------------------------------------------------------------ projections
+
+    @staticmethod
+    def _project(x, kernel, bias):
+        projected = ops.einsum("btd,dhk->bthk", x, kernel)
+        return projected if bias is None else projected + bias
+
+    def project_query(self, query):
+        """`(B, Tq, dq)` -> `(B, Tq, H, key_dim)`, already divided by `sqrt(key_dim)`."""
+        projected = self._project(query, self.query_kernel, self.query_bias)
+        # Scaling before the product keeps float16 scores further from overflow.
+        return projected * ops.cast(1.0 / math.sqrt(self.key_dim), projected.dtype)
+
+    def project_key(self, key):
+        """`(B, Tv, dk)` -> `(B, Tv, H, key_dim)`. Once per sequence in a decoder."""
+        return self._project(key, self.key_kernel, self.key_bias)
+
+    def project_value(self, value):
+        """`(B, Tv, dv)` -> `(B, Tv, H, value_dim)`. Once per sequence in a decoder."""
+        return self._project(value, self.value_kernel, self.value_bias)
+
+    # ------------------------------------------------------------------- core
+
+    def attend(
+        self,
+        projected_query,
+        projected_key,
+        projected_value,
+        mask=None,
+        causal=False,
+        training=None,
+        return_attention_scores=False,
+    ):
+        """Output from projected rank-4 queries, keys and values.
+
+        `mask` is boolean, broadcastable to `(B, Tq, Tv)`; `causal` adds the
+        causal constraint. Returns `(output (B, Tq, out), weights)` with
+        weights `(B, H, Tq, Tv)` when `return_attention_scores` is true or
+        dropout is active, else None.
+        """
+        dropping = bool(training) and self.dropout > 0
+        if return_attention_scores or dropping:
+            full_mask = BaseAttention._combined_mask(
+                projected_query, projected_key, None, None, mask, causal
+            )
+            scores = ops.einsum("bqhk,bvhk->bhqv", projected_query, projected_key)
+            weights = masked_softmax(
+                scores, None if full_mask is None else ops.expand_dims(full_mask, 1)
+            )
+            if dropping:
+                weights = keras.random.dropout(weights, self.dropout, seed=self.seed_generator)
+            weights = ops.cast(weights, projected_value.dtype)
+            heads = ops.einsum("bhqv,bvhk->bqhk", weights, projected_value)
+        else:
+            weights = None
+            heads = ops.dot_product_attention(
+                projected_query,
+                projected_key,
+                projected_value,
+                mask=None if mask is None else ops.expand_dims(ops.cast(mask, "bool"), 1),
+                scale=1.0,  # project_query has scaled already
+                is_causal=causal,
+            )
+            # The op spreads a row with no valid position uniformly; the row
+            # is zeroed below, but its mask is needed for that.
+            full_mask = None
+            if mask is not None:
+                full_mask = BaseAttention._combined_mask(
+                    projected_query, projected_key, None, None, mask, causal
+                )
+        output = ops.einsum("bqhk,hko->bqo", heads, self.output_kernel)
+        if self.output_bias is not None:
+            output = output + self.output_bias
+        # A row with no valid position outputs zero, not the output bias: it
+        # is padding, and must not leak into pooling or a residual sum. With
+        # the causal mask alone every row sees position 0, so none is empty.
+        if full_mask is not None:
+            has_valid = ops.any(full_mask, axis=-1, keepdims=True)
+            output = output * ops.cast(has_valid, output.dtype)
+        return output, weights
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        attention_mask=None,
+        causal=False,
+        return_attention_scores=False,
+        training=None,
+    ):
+        key = value if key is None else key
+        _checks.check_input_shapes(self, query.shape, value.shape, key.shape)
+        _checks.check_masks(self, query, value, query_mask, value_mask, attention_mask, causal)
+        single_query = len(query.shape) == 2
+        query, value, key = (ops.cast(x, self.compute_dtype) for x in (query, value, key))
+        if single_query:
+            query = ops.expand_dims(query, 1)
+            if query_mask is not None:
+                query_mask = ops.expand_dims(query_mask, 1)
+            if attention_mask is not None:
+                attention_mask = ops.expand_dims(attention_mask, 1)
+        # The causal part goes to `attend` separately so that the fused op can
+        # use its own causal kernel rather than a materialised (Tq, Tv) mask.
+        mask = BaseAttention._combined_mask(
+            query, key, query_mask, value_mask, attention_mask, False
+        )
+        output, weights = self.attend(
+            self.project_query(query),
+            self.project_key(key),
+            self.project_value(value),
+            mask,
+            causal=causal,
+            training=training,
+            return_attention_scores=return_attention_scores,
+        )
+        if single_query:
+            output = ops.squeeze(output, 1)
+        if not return_attention_scores:
+            return output
+        if single_query:
+            weights = ops.squeeze(weights, 2)
+        return output, weights
+
+    # ---------------------------------------------------- shapes, masks, config
+
+    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
+        return (*query_shape[:-1], self.output_dim or query_shape[-1])
+
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        attention_mask=None,
+        causal=False,
+        return_attention_scores=False,
+        training=None,
+    ):
+        key = value if key is None else key
+        _checks.check_input_shapes(self, query.shape, value.shape, key.shape)
+        output = keras.KerasTensor(
+            self.compute_output_shape(query.shape, value.shape, key.shape),
+            dtype=self.compute_dtype,
+        )
+        if not return_attention_scores:
+            return output
+        weights_shape = (query.shape[0], self.num_heads, *query.shape[1:-1], value.shape[1])
+        return output, keras.KerasTensor(weights_shape, dtype=self.compute_dtype)
+
+    # One output row per query: the output inherits the query's Keras mask.
+    compute_mask = BaseAttention.compute_mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "output_dim": self.output_dim,
+                **self._kernel_settings_config(),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+                "seed": self.seed,
+            }
+        )
+        return config
