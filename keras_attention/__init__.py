@@ -5,16 +5,21 @@ Every layer is a registered, serialisable `keras.layers.Layer` written with
 and export to TensorFlow SavedModel and ONNX.
 """
 
-from keras_attention import ops
+from keras_attention import decoding, losses, models, ops
 from keras_attention.layers import (
     AdditiveAttention,
+    AttentionPooling,
     BaseAttention,
     ConcatAttention,
     DotAttention,
     GeneralAttention,
     HardAttention,
+    MultiHeadAttention,
     ScaledDotAttention,
+    SelfAttention,
+    TargetedAttention,
 )
+from keras_attention.losses import SequenceLoss, sequence_loss
 from keras_attention.ops import masked_softmax, sequence_mask
 from keras_attention.plot import plot_attention
 
@@ -22,14 +27,23 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdditiveAttention",
+    "AttentionPooling",
     "BaseAttention",
     "ConcatAttention",
     "DotAttention",
     "GeneralAttention",
     "HardAttention",
+    "MultiHeadAttention",
     "ScaledDotAttention",
+    "SelfAttention",
+    "SequenceLoss",
+    "TargetedAttention",
+    "decoding",
+    "losses",
     "masked_softmax",
+    "models",
     "ops",
     "plot_attention",
+    "sequence_loss",
     "sequence_mask",
 ]

@@ -82,10 +82,29 @@ def sequence_loss(
 class SequenceLoss(keras.losses.Loss):
     """`sequence_loss` as a Keras loss: `model.compile(loss=SequenceLoss())`.
 
-    `sample_weight` (or, when absent, the Keras mask of the predictions, as
-    decoders produce from padded targets) gives the token weights, and the
-    averaging options are those of `sequence_loss`. `y_pred` is the logits
-    `(B, T, V)`, `y_true` the int targets `(B, T)`.
+    Formula (default options): the mean token cross-entropy over real tokens,
+
+        L = sum_{b,t} w[b,t] * -log softmax(y_pred[b,t])[y_true[b,t]] / sum_{b,t} w[b,t]
+
+    where `w` is `sample_weight` or, when absent, the Keras mask of the
+    predictions (decoders fed padded targets carry one). The other averaging
+    options are those of `sequence_loss`, as `tfa.seq2seq.SequenceLoss` had.
+
+    Paper: the teacher-forced sequence cross-entropy of Sutskever, Vinyals &
+    Le 2014, "Sequence to Sequence Learning with Neural Networks",
+    arXiv:1409.3215.
+
+    Shapes: y_true int `(B, T)`, y_pred logits `(B, T, V)`, sample_weight
+    `(B, T)`; the loss is a scalar (or per-example / per-step, by option).
+
+    Example:
+
+    ```python
+    targets = np.array([[3, 1, 0], [2, 0, 0]])            # 0 = padding
+    logits = np.random.rand(2, 3, 5).astype("float32")
+    loss = keras_attention.SequenceLoss()(targets, logits, sample_weight=targets != 0)
+    # the mean cross-entropy over the three real tokens
+    ```
     """
 
     def __init__(

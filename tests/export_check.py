@@ -1,5 +1,6 @@
-"""Export smoke check shared by the layer tests: SavedModel and ONNX parity with Keras."""
+"""Export smoke check shared by the tests: SavedModel and ONNX parity with Keras."""
 
+import keras
 import numpy as np
 import onnx
 import onnxruntime
@@ -7,10 +8,11 @@ import tensorflow as tf
 
 
 def assert_export_parity(model, batches, directory, atol=1e-5, opset=17):
-    """Export `model` both ways and compare with Keras on every batch.
+    """Export `model` both ways and compare every output with Keras on every batch.
 
     `batches` is a list of dicts {input name: array}; batches of different
-    sizes and lengths check that both artifacts kept dynamic axes.
+    sizes and lengths check that both artifacts kept dynamic axes. Works for
+    one or several inputs and outputs.
     """
     saved_model_dir = str(directory / "saved_model")
     onnx_path = str(directory / "model.onnx")
@@ -22,12 +24,17 @@ def assert_export_parity(model, batches, directory, atol=1e-5, opset=17):
     # Keep the loaded object alive: its functions reference its variables.
     restored = tf.saved_model.load(saved_model_dir)
     input_names = [tensor.name for tensor in model.inputs]
-    assert [i.name for i in session.get_inputs()] == [n.split(":")[0] for n in input_names]
+    onnx_names = [i.name for i in session.get_inputs()]
+    assert onnx_names == [n.split(":")[0] for n in input_names]
 
     for batch in batches:
         ordered = [batch[name] for name in input_names]
-        expected = np.asarray(model(ordered))
-        from_saved_model = np.asarray(restored.serve(ordered))
-        (from_onnx,) = session.run(None, dict(zip((i.name for i in session.get_inputs()), ordered)))
-        np.testing.assert_allclose(from_saved_model, expected, atol=atol, err_msg="SavedModel")
-        np.testing.assert_allclose(from_onnx, expected, atol=atol, err_msg="ONNX")
+        # Feed the structure the model was built with: a list, or one tensor.
+        model_input = ordered if isinstance(model.input, (list, tuple)) else ordered[0]
+        expected = [np.asarray(x) for x in keras.tree.flatten(model(model_input))]
+        from_saved_model = [np.asarray(x) for x in keras.tree.flatten(restored.serve(model_input))]
+        from_onnx = session.run(None, dict(zip(onnx_names, ordered)))
+        assert len(from_saved_model) == len(from_onnx) == len(expected)
+        for index, want in enumerate(expected):
+            np.testing.assert_allclose(from_saved_model[index], want, atol=atol, err_msg=f"SavedModel output {index}")
+            np.testing.assert_allclose(from_onnx[index], want, atol=atol, err_msg=f"ONNX output {index}")

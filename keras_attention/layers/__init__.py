@@ -6,13 +6,21 @@ from keras_attention.layers.concat import ConcatAttention
 from keras_attention.layers.dot import DotAttention, ScaledDotAttention
 from keras_attention.layers.general import GeneralAttention
 from keras_attention.layers.hard import HardAttention
+from keras_attention.layers.multi_head import MultiHeadAttention
+from keras_attention.layers.pooling import AttentionPooling
+from keras_attention.layers.self_attention import SelfAttention
+from keras_attention.layers.targeted import TargetedAttention
 
 __all__ = [
     "AdditiveAttention",
+    "AttentionPooling",
     "BaseAttention",
     "ConcatAttention",
     "DotAttention",
     "GeneralAttention",
     "HardAttention",
+    "MultiHeadAttention",
     "ScaledDotAttention",
+    "SelfAttention",
+    "TargetedAttention",
 ]
