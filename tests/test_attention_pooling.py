@@ -14,6 +14,7 @@ import keras_attention
 from keras_attention.layers.pooling import AttentionPooling
 from tests import reference
 from tests.export_check import assert_export_parity
+from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
 from tests.layer_cases import lengths_mask, randomize, token_batch
 from tests.test_docs import _python_blocks
 
@@ -166,15 +167,6 @@ def test_dropout_only_in_training():
 # ------------------------------------------------------------------ gradients
 
 
-def _numeric_gradient(f, x, eps=1e-6):
-    grad = np.zeros_like(x)
-    for index in np.ndindex(x.shape):
-        step = np.zeros_like(x)
-        step[index] = eps
-        grad[index] = (f(x + step) - f(x - step)) / (2 * eps)
-    return grad
-
-
 def test_gradients_match_finite_differences_in_float64():
     rng = np.random.default_rng(7)
     inputs = rng.normal(size=(2, 3, 3))
@@ -193,18 +185,8 @@ def test_gradients_match_finite_differences_in_float64():
         value = loss(tensor)
     assert value.dtype == tf.float64
     analytic = tape.gradient(value, [tensor] + layer.trainable_weights)
-    numeric = _numeric_gradient(lambda x: float(loss(tf.constant(x))), inputs)
-    np.testing.assert_allclose(analytic[0], numeric, rtol=1e-5, atol=1e-7)
-    for variable, grad in zip(layer.trainable_weights, analytic[1:]):
-        original = variable.numpy()
-
-        def f(x, variable=variable):
-            variable.assign(x)
-            return float(loss(tensor))
-
-        numeric = _numeric_gradient(f, original)
-        variable.assign(original)
-        np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-7, err_msg=variable.path)
+    assert_input_gradients_match(loss, [inputs], analytic)
+    assert_weight_gradients_match(layer, lambda: loss(tensor), analytic[1:])
 
 
 # -------------------------------------------------------------- serialisation

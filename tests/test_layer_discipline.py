@@ -13,6 +13,7 @@ import keras
 import keras_attention as ka
 from tests import reference
 from tests.export_check import assert_export_parity
+from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
 from tests.layer_cases import (
     CASES,
     SOFT_CASES,
@@ -149,15 +150,6 @@ def test_fully_masked_row_gives_zeros_and_finite_gradients(case, training):
 # ------------------------------------------------------------------ gradients
 
 
-def _numeric_gradient(f, x, eps=1e-6):
-    grad = np.zeros_like(x)
-    for index in np.ndindex(x.shape):
-        step = np.zeros_like(x)
-        step[index] = eps
-        grad[index] = (f(x + step) - f(x - step)) / (2 * eps)
-    return grad
-
-
 @case_params()
 def test_gradients_match_finite_differences_in_float64(case):
     rng = np.random.default_rng(5)
@@ -185,25 +177,10 @@ def test_gradients_match_finite_differences_in_float64(case):
     # straight-through estimates (checked in test_hard_attention.py).
     arrays = [query, value, key]
     checks = [1] if case.hard else [0, 1, 2]
-    for i in checks:
-        def f(x, i=i):
-            args = [tf.constant(a) for a in arrays]
-            args[i] = tf.constant(x)
-            return float(loss(*args))
-
-        np.testing.assert_allclose(analytic[i], _numeric_gradient(f, arrays[i]), rtol=1e-5, atol=1e-7)
+    assert_input_gradients_match(loss, arrays, analytic, indices=checks)
     if case.hard:
         return
-    for variable, grad in zip(layer.trainable_weights, analytic[3:]):
-        original = variable.numpy()
-
-        def f(x, variable=variable):
-            variable.assign(x)
-            return float(loss(*tensors))
-
-        numeric = _numeric_gradient(f, original)
-        variable.assign(original)
-        np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-7, err_msg=variable.path)
+    assert_weight_gradients_match(layer, lambda: loss(*tensors), analytic[3:])
 
 
 # -------------------------------------------------------------- serialisation

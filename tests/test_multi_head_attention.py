@@ -13,8 +13,8 @@ import keras_attention
 from keras_attention.layers.multi_head import MultiHeadAttention
 from tests import reference
 from tests.export_check import assert_export_parity
+from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
 from tests.layer_cases import keras_model, lengths_mask, randomize, token_batch
-from tests.test_layer_discipline import _numeric_gradient
 
 B, TQ, TV = 3, 4, 6
 DQ, DK, DV = 4, 3, 5
@@ -313,23 +313,8 @@ def test_gradients_match_finite_differences_in_float64(return_weights):
     assert len(layer.trainable_weights) == 8
 
     arrays = [query, value, key]
-    for i in range(3):
-        def f(x, i=i):
-            args = [tf.constant(a) for a in arrays]
-            args[i] = tf.constant(x)
-            return float(loss(*args))
-
-        np.testing.assert_allclose(analytic[i], _numeric_gradient(f, arrays[i]), rtol=1e-5, atol=1e-7)
-    for variable, grad in zip(layer.trainable_weights, analytic[3:]):
-        original = variable.numpy()
-
-        def f(x, variable=variable):
-            variable.assign(x)
-            return float(loss(*tensors))
-
-        numeric = _numeric_gradient(f, original)
-        variable.assign(original)
-        np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-7, err_msg=variable.path)
+    assert_input_gradients_match(loss, arrays, analytic)
+    assert_weight_gradients_match(layer, lambda: loss(*tensors), analytic[3:])
 
 
 # -------------------------------------------------------------- serialisation

@@ -13,6 +13,7 @@ from keras_attention.layers.hard import HardAttention
 from keras_attention.layers.self_attention import SelfAttention
 from tests import reference
 from tests.export_check import assert_export_parity
+from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
 from tests.layer_cases import lengths_mask, randomize, token_batch, weights_of
 
 B, T, D, UNITS = 3, 7, 5, 4
@@ -338,15 +339,6 @@ def test_symbolic_shapes_with_unknown_length():
 # ----------------------------------------------------------------- gradients
 
 
-def _numeric_gradient(f, x, eps=1e-6):
-    grad = np.zeros_like(x)
-    for index in np.ndindex(x.shape):
-        step = np.zeros_like(x)
-        step[index] = eps
-        grad[index] = (f(x + step) - f(x - step)) / (2 * eps)
-    return grad
-
-
 @pytest.mark.parametrize(
     "kwargs",
     [dict(causal=True, window=2), dict(score="additive", use_bias=True, window=3)],
@@ -371,18 +363,8 @@ def test_gradients_match_finite_differences_in_float64(kwargs):
         value = loss(tensor)
     assert value.dtype == tf.float64
     analytic = tape.gradient(value, [tensor] + layer.trainable_weights)
-    numeric = _numeric_gradient(lambda a: float(loss(tf.constant(a))), x)
-    np.testing.assert_allclose(analytic[0], numeric, rtol=1e-5, atol=1e-7)
-    for variable, grad in zip(layer.trainable_weights, analytic[1:]):
-        original = variable.numpy()
-
-        def f(a, variable=variable):
-            variable.assign(a)
-            return float(loss(tensor))
-
-        numeric = _numeric_gradient(f, original)
-        variable.assign(original)
-        np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-7, err_msg=variable.path)
+    assert_input_gradients_match(loss, [x], analytic)
+    assert_weight_gradients_match(layer, lambda: loss(tensor), analytic[1:])
 
 
 # ------------------------------------------------------------- serialisation

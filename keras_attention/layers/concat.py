@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_attention.layers import _checks
-from keras_attention.layers._weights import KernelSettings
+from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.additive import additive_score
 from keras_attention.layers.base import BaseAttention
 
@@ -12,7 +12,7 @@ __all__ = ["ConcatAttention"]
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class ConcatAttention(KernelSettings, BaseAttention):
+class ConcatAttention(WeightSettings, BaseAttention):
     """Concat attention: a score computed from the concatenation `[k_i ; q]`.
 
     Two forms:
@@ -73,7 +73,7 @@ class ConcatAttention(KernelSettings, BaseAttention):
         _checks.check_positive_int(self, "units", units, allow_none=True)
         self.units = units
         self.activation = keras.activations.get(activation)
-        self._set_kernel_settings(kernel_initializer, kernel_regularizer)
+        self._set_weight_settings(kernel_initializer, kernel_regularizer)
 
     def build_score(self, query_dim, key_dim):
         self.key_dim = key_dim
@@ -114,7 +114,7 @@ class ConcatAttention(KernelSettings, BaseAttention):
             {
                 "units": self.units,
                 "activation": keras.activations.serialize(self.activation),
-                **self._kernel_settings_config(),
+                **self._weight_settings_config(),
             }
         )
         return config

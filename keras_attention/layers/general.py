@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attention.layers._weights import KernelSettings
+from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.base import BaseAttention
 from keras_attention.layers.dot import dot_scores
 
@@ -11,7 +11,7 @@ __all__ = ["GeneralAttention"]
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class GeneralAttention(KernelSettings, BaseAttention):
+class GeneralAttention(WeightSettings, BaseAttention):
     """General / bilinear attention (Luong et al. 2015, "general").
 
     Score, for a query `q` (size `dq`) and each key `k_i` (size `dk`):
@@ -57,7 +57,7 @@ class GeneralAttention(KernelSettings, BaseAttention):
         **kwargs,
     ):
         super().__init__(dropout=dropout, seed=seed, **kwargs)
-        self._set_kernel_settings(kernel_initializer, kernel_regularizer)
+        self._set_weight_settings(kernel_initializer, kernel_regularizer)
 
     def build_score(self, query_dim, key_dim):
         self.bilinear_kernel = self._add_kernel("bilinear_kernel", (key_dim, query_dim))
@@ -70,5 +70,5 @@ class GeneralAttention(KernelSettings, BaseAttention):
 
     def get_config(self):
         config = super().get_config()
-        config.update(self._kernel_settings_config())
+        config.update(self._weight_settings_config())
         return config

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_attention.layers import _checks
-from keras_attention.layers._weights import KernelSettings
+from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.base import BaseAttention
 from keras_attention.ops import masked_softmax
 
@@ -14,7 +14,7 @@ __all__ = ["MultiHeadAttention"]
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class MultiHeadAttention(KernelSettings, keras.layers.Layer):
+class MultiHeadAttention(WeightSettings, keras.layers.Layer):
     """Multi-head scaled dot-product attention (Vaswani et al. 2017).
 
     Each of the `H` heads attends with its own projections of the query, key
@@ -115,9 +115,9 @@ class MultiHeadAttention(KernelSettings, keras.layers.Layer):
         self.dropout = float(dropout)
         self.use_bias = bool(use_bias)
         self.output_dim = output_dim
-        self._set_kernel_settings(kernel_initializer, kernel_regularizer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self._set_weight_settings(
+            kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
+        )
         self.seed = seed
         self.seed_generator = (
             keras.random.SeedGenerator(seed) if self.dropout > 0 else None
@@ -131,14 +131,10 @@ class MultiHeadAttention(KernelSettings, keras.layers.Layer):
     # ---------------------------------------------------------------- weights
 
     def _add_bias(self, name, shape):
+        # `use_bias` covers every projection, so each bias slot may stay empty.
         if not self.use_bias:
             return None
-        return self.add_weight(
-            name=name,
-            shape=shape,
-            initializer=self.bias_initializer,
-            regularizer=self.bias_regularizer,
-        )
+        return super()._add_bias(name, shape)
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
@@ -331,9 +327,7 @@ class MultiHeadAttention(KernelSettings, keras.layers.Layer):
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
                 "output_dim": self.output_dim,
-                **self._kernel_settings_config(),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+                **self._weight_settings_config(),
                 "seed": self.seed,
             }
         )

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_attention.layers import _checks
-from keras_attention.layers._weights import KernelSettings
+from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.base import BaseAttention
 from keras_attention.layers.dot import dot_scores
 
@@ -12,7 +12,7 @@ __all__ = ["AttentionPooling"]
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class AttentionPooling(KernelSettings, BaseAttention):
+class AttentionPooling(WeightSettings, BaseAttention):
     """Attention pooling with a learned context vector (Yang et al. 2016).
 
     For a sequence `h_1 .. h_T`:
@@ -84,9 +84,9 @@ class AttentionPooling(KernelSettings, BaseAttention):
         _checks.check_positive_int(self, "units", units)
         self.units = units
         self.use_bias = bool(use_bias)
-        self._set_kernel_settings(kernel_initializer, kernel_regularizer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self._set_weight_settings(
+            kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
+        )
 
     # ----------------------------------------------------------------- hooks
 
@@ -95,12 +95,7 @@ class AttentionPooling(KernelSettings, BaseAttention):
         self.kernel = self._add_kernel("kernel", (key_dim, self.units))
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_weight(
-                name="bias",
-                shape=(self.units,),
-                initializer=self.bias_initializer,
-                regularizer=self.bias_regularizer,
-            )
+            self.bias = self._add_bias("bias", (self.units,))
         self.context_vector = self._add_kernel("context_vector", (self.units,))
 
     def project_query(self, query):
@@ -178,9 +173,7 @@ class AttentionPooling(KernelSettings, BaseAttention):
             {
                 "units": self.units,
                 "use_bias": self.use_bias,
-                **self._kernel_settings_config(),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+                **self._weight_settings_config(),
             }
         )
         return config

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_attention.layers import _checks
-from keras_attention.layers._weights import KernelSettings
+from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.additive import AdditiveAttention
 from keras_attention.layers.base import BaseAttention
 from keras_attention.layers.dot import DotAttention, ScaledDotAttention
@@ -22,7 +22,7 @@ def _shape(shape):
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class SelfAttention(KernelSettings, keras.layers.Layer):
+class SelfAttention(WeightSettings, keras.layers.Layer):
     """Self-attention (Vaswani et al. 2017): one sequence attends to itself.
 
     For inputs `X` `(T, d)` (per example), with `u = units`:
@@ -146,9 +146,9 @@ class SelfAttention(KernelSettings, keras.layers.Layer):
         self.use_bias = bool(use_bias)
         self.dropout = float(dropout)
         self.seed = seed
-        self._set_kernel_settings(kernel_initializer, kernel_regularizer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self._set_weight_settings(
+            kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
+        )
         self.score_layer = self._score_layer(score)
         self.seed_generator = (
             keras.random.SeedGenerator(seed) if self.dropout > 0 else None
@@ -216,12 +216,7 @@ class SelfAttention(KernelSettings, keras.layers.Layer):
             setattr(self, f"{part}_kernel", self._add_kernel(f"{part}_kernel", (dim, self.units)))
             bias = None
             if self.use_bias:
-                bias = self.add_weight(
-                    name=f"{part}_bias",
-                    shape=(self.units,),
-                    initializer=self.bias_initializer,
-                    regularizer=self.bias_regularizer,
-                )
+                bias = self._add_bias(f"{part}_bias", (self.units,))
             setattr(self, f"{part}_bias", bias)
         self.score_layer.build_score(self.units, self.units)
         self.score_layer.built = True
@@ -352,9 +347,7 @@ class SelfAttention(KernelSettings, keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "dropout": self.dropout,
                 "seed": self.seed,
-                **self._kernel_settings_config(),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+                **self._weight_settings_config(),
             }
         )
         return config

@@ -5,7 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_attention.layers import _checks
-from keras_attention.layers._weights import KernelSettings
+from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.additive import additive_score
 from keras_attention.ops import masked_softmax
 
@@ -33,7 +33,7 @@ def _concrete(tensor):
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class TargetedAttention(KernelSettings, keras.layers.Layer):
+class TargetedAttention(WeightSettings, keras.layers.Layer):
     """Target-dependent attention over a sentence (Liu & Zhang 2017).
 
     Inputs are hidden states `h_0..h_n` (typically a BiLSTM's) and a target
@@ -152,9 +152,9 @@ class TargetedAttention(KernelSettings, keras.layers.Layer):
         _checks.check_fraction(self, "dropout", dropout)
         self.units = units
         self.mode = mode
-        self._set_kernel_settings(kernel_initializer, kernel_regularizer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self._set_weight_settings(
+            kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
+        )
         self.dropout = float(dropout)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout > 0 else None
@@ -225,14 +225,6 @@ class TargetedAttention(KernelSettings, keras.layers.Layer):
             self.gate_target_kernels = self._add_kernel("gate_target_kernels", (3, dim, dim))
             self.gate_bias = self._add_bias("gate_bias", (3, dim))
         self.built = True
-
-    def _add_bias(self, name, shape):
-        return self.add_weight(
-            name=name,
-            shape=shape,
-            initializer=self.bias_initializer,
-            regularizer=self.bias_regularizer,
-        )
 
     # -------------------------------------------------------------------- call
 
@@ -376,9 +368,7 @@ class TargetedAttention(KernelSettings, keras.layers.Layer):
             {
                 "units": self.units,
                 "mode": self.mode,
-                **self._kernel_settings_config(),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+                **self._weight_settings_config(),
                 "dropout": self.dropout,
                 "seed": self.seed,
             }
