@@ -6,6 +6,13 @@ and export to TensorFlow SavedModel and ONNX.
 """
 
 from keras_attention import decoding, losses, models, ops
+from keras_attention.cells import (
+    AttentionDecoder,
+    AttentionGRUCell,
+    AttentionLSTMCell,
+    AttentionWrapper,
+    InferenceDecoder,
+)
 from keras_attention.layers import (
     AdditiveAttention,
     AttentionPooling,
@@ -27,6 +34,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdditiveAttention",
+    "AttentionDecoder",
+    "AttentionGRUCell",
+    "AttentionLSTMCell",
+    "AttentionWrapper",
+    "InferenceDecoder",
     "AttentionPooling",
     "BaseAttention",
     "ConcatAttention",

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_attention.layers import _checks
-from keras_attention.layers._weights import KernelSettings
+from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.base import BaseAttention
 
 __all__ = ["AdditiveAttention", "additive_score"]
@@ -21,11 +21,14 @@ def additive_score(projected_query, projected_key, vector, activation=ops.tanh):
     hidden = activation(
         ops.expand_dims(projected_query, 2) + ops.expand_dims(projected_key, 1)
     )  # (B, Tq, Tv, units)
-    return ops.squeeze(ops.matmul(hidden, ops.expand_dims(vector, -1)), -1)
+    # Multiply-and-sum rather than a (B, Tq, Tv, u) x (u, 1) matmul: that
+    # lowers to a tensordot whose dynamic reshapes XLA cannot compile inside
+    # a decoder's loop gradient.
+    return ops.sum(hidden * vector, axis=-1)
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class AdditiveAttention(KernelSettings, BaseAttention):
+class AdditiveAttention(WeightSettings, BaseAttention):
     """Additive attention (Bahdanau et al. 2014).
 
     Score, for a query `q` and each key `k_i`:
@@ -91,9 +94,9 @@ class AdditiveAttention(KernelSettings, BaseAttention):
         self.units = units
         self.use_bias = bool(use_bias)
         self.normalize = bool(normalize)
-        self._set_kernel_settings(kernel_initializer, kernel_regularizer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self._set_weight_settings(
+            kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
+        )
 
     def build_score(self, query_dim, key_dim):
         self.query_kernel = self._add_kernel("query_kernel", (query_dim, self.units))
@@ -101,12 +104,7 @@ class AdditiveAttention(KernelSettings, BaseAttention):
         self.score_vector = self._add_kernel("score_vector", (self.units,))
         self.bias = None
         if self.use_bias or self.normalize:
-            self.bias = self.add_weight(
-                name="bias",
-                shape=(self.units,),
-                initializer=self.bias_initializer,
-                regularizer=self.bias_regularizer,
-            )
+            self.bias = self._add_bias("bias", (self.units,))
         self.scale = None
         if self.normalize:
             self.scale = self.add_weight(
@@ -139,9 +137,7 @@ class AdditiveAttention(KernelSettings, BaseAttention):
                 "units": self.units,
                 "use_bias": self.use_bias,
                 "normalize": self.normalize,
-                **self._kernel_settings_config(),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+                **self._weight_settings_config(),
             }
         )
         return config

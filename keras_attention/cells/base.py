@@ -1,0 +1,146 @@
+"""What every attention decoder cell shares: the memory, its binding and the attention step.
+
+Keras 3's `keras.layers.RNN` has no `constants=` argument, so a cell cannot
+receive the encoder memory through the RNN. The memory is instead prepared
+once per sequence (`prepare_memory`: the keys are projected here, never per
+step) and either
+
+- passed explicitly: `cell.step(inputs, states, memory)`, the stateless form
+  used by custom loops and by the in-graph decoders, or
+- bound around a `keras.layers.RNN` call: `with cell.bind(memory): rnn(...)`,
+  which is what `AttentionDecoder` does for teacher-forced training. The
+  tensors are captured by the RNN's loop, not carried as states.
+"""
+
+import collections
+import contextlib
+
+import keras
+from keras import ops
+
+from keras_attention.layers.base import BaseAttention
+
+__all__ = ["AttentionCell", "AttentionMemory"]
+
+AttentionMemory = collections.namedtuple("AttentionMemory", ["values", "keys", "mask"])
+AttentionMemory.__doc__ = """The encoder memory prepared for a decoder cell.
+
+Fields: `values (B, Ts, dv)`, `keys` (the attention's projected keys,
+computed once per sequence) and `mask (B, Ts)` boolean (or None).
+"""
+
+
+def _attention_layer(cell, attention):
+    if isinstance(attention, dict):
+        attention = keras.saving.deserialize_keras_object(attention)
+    if not isinstance(attention, BaseAttention):
+        raise ValueError(
+            f"{type(cell).__name__}: `attention` must be a score layer of this library "
+            f"(e.g. AdditiveAttention(units=64) or GeneralAttention()); got {attention!r}."
+        )
+    return attention
+
+
+class AttentionCell(keras.layers.Layer):
+    """Base class of the attention decoder cells.
+
+    Subclasses implement `build_cell(input_dim, memory_dim)`,
+    `recurrent_state_size` (list of ints), `output_size` and
+    `step(inputs, states, memory, training=None)` returning
+    `(output, new_states, alignment)`.
+    """
+
+    def __init__(self, attention, **kwargs):
+        super().__init__(**kwargs)
+        self.attention = _attention_layer(self, attention)
+        if not self.attention.built:
+            # One dtype policy for the cell and its attention.
+            self.attention.dtype_policy = self.dtype_policy
+        self._bound = None
+
+    # ------------------------------------------------------------------ build
+
+    def build(self, input_shape, memory_shape=None):
+        if memory_shape is None:
+            raise ValueError(
+                f"{type(self).__name__} needs the memory's shape to build: use it "
+                "through AttentionDecoder, or call `cell.build(input_shape, memory_shape)` "
+                "before running it."
+            )
+        input_dim, memory_dim = input_shape[-1], memory_shape[-1]
+        for argument, dim in (("inputs", input_dim), ("memory", memory_dim)):
+            if dim is None:
+                raise ValueError(
+                    f"{type(self).__name__}: the last dimension of `{argument}` must be "
+                    "known when the cell is built; got None."
+                )
+        self.memory_dim = int(memory_dim)
+        self.build_cell(int(input_dim), self.memory_dim)
+        self.built = True
+
+    def build_attention(self, query_dim):
+        self.attention.build_score(query_dim, self.memory_dim)
+        self.attention.built = True
+
+    # ----------------------------------------------------------------- memory
+
+    def prepare_memory(self, values, mask=None):
+        """Project the memory's keys once; returns an `AttentionMemory`."""
+        values = ops.cast(values, self.compute_dtype)
+        if len(values.shape) != 3:
+            raise ValueError(
+                f"{type(self).__name__}: `memory` must have shape (batch, Ts, d); "
+                f"got shape {tuple(values.shape)}."
+            )
+        if mask is not None:
+            mask = ops.cast(mask, "bool")
+        return AttentionMemory(values, self.attention.project_key(values), mask)
+
+    @contextlib.contextmanager
+    def bind(self, memory, with_alignments=False):
+        """Make `call` read `memory`; with `with_alignments`, `call` outputs
+        `[output ; alignment]` so an RNN collects the alignment history."""
+        previous = self._bound
+        self._bound = (memory, with_alignments)
+        try:
+            yield self
+        finally:
+            self._bound = previous
+
+    def attend(self, query, memory):
+        """Context `(B, dv)` and alignment `(B, Ts)` for queries `(B, dq)`."""
+        # Projecting the rank-2 query keeps the step's matmuls 2-D (a rank-3
+        # one lowers to a tensordot that XLA cannot compile in the loop's
+        # gradient).
+        projected = ops.expand_dims(self.attention.project_query(query), 1)
+        mask = None if memory.mask is None else ops.expand_dims(memory.mask, 1)
+        context, weights = self.attention.attend(projected, memory.keys, memory.values, mask)
+        return ops.squeeze(context, 1), ops.squeeze(weights, 1)
+
+    # ------------------------------------------------------------------- call
+
+    @property
+    def state_size(self):
+        return self.recurrent_state_size
+
+    def get_initial_state(self, batch_size=None):
+        return [ops.zeros((batch_size, size), dtype=self.compute_dtype) for size in self.state_size]
+
+    def call(self, inputs, states, training=None):
+        if self._bound is None:
+            raise ValueError(
+                f"{type(self).__name__} has no memory to attend to. Run it through "
+                "`AttentionDecoder`, call `cell.step(inputs, states, memory)` with "
+                "`memory = cell.prepare_memory(values, mask)`, or wrap your RNN call in "
+                "`with cell.bind(memory):`."
+            )
+        memory, with_alignments = self._bound
+        output, new_states, alignment = self.step(inputs, list(states), memory, training=training)
+        if with_alignments:
+            output = ops.concatenate([output, ops.cast(alignment, output.dtype)], axis=-1)
+        return output, new_states
+
+    def get_config(self):
+        config = super().get_config()
+        config["attention"] = keras.saving.serialize_keras_object(self.attention)
+        return config

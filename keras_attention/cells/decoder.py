@@ -1,0 +1,157 @@
+"""`AttentionDecoder`: run an attention cell over target inputs given the encoder memory."""
+
+import keras
+from keras import ops
+
+from keras_attention.cells.base import AttentionCell
+
+__all__ = ["AttentionDecoder"]
+
+
+def _cell(layer, cell):
+    if isinstance(cell, dict):
+        cell = keras.saving.deserialize_keras_object(cell)
+    if not isinstance(cell, AttentionCell):
+        raise ValueError(
+            f"{type(layer).__name__}: `cell` must be an attention cell of this library "
+            f"(AttentionGRUCell, AttentionLSTMCell or AttentionWrapper); got {cell!r}."
+        )
+    return cell
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class AttentionDecoder(keras.layers.Layer):
+    """Teacher-forced decoding with an attention cell, for functional models.
+
+    For target inputs `y_1..y_Tt` (embedded previous tokens), the encoder
+    memory `h_1..h_Ts`, its mask and an initial state, it runs the cell over
+    time: each step attends over the memory and updates the state (see the
+    cell's formula). The memory's keys are projected once per call, not per
+    step. It works on `keras.Input` tensors with unknown `Ts` and `Tt`, trains
+    with `model.fit(jit_compile=True)` and exports (its loop is a Keras `RNN`).
+
+    How it plugs into a model (Keras 3's RNN has no `constants=`): the layer
+    prepares the memory with `cell.prepare_memory(memory, mask)` and runs a
+    `keras.layers.RNN` over the cell inside `with cell.bind(memory)`. For a
+    loop of your own, call `cell.step(inputs, states, memory)` directly.
+
+    Paper: the encoder-decoder with attention of Bahdanau et al. 2014,
+    arXiv:1409.0473, trained with teacher forcing.
+
+    Shapes: inputs `(B, Tt, dy)`, memory `(B, Ts, dm)`, memory_mask
+    `(B, Ts)`, initial_state: the cell's states (default zeros). Returns
+    outputs `(B, Tt, cell.output_size)` (or `(B, cell.output_size)` for the
+    last step without `return_sequences`), then the final states (with
+    `return_state`), then the alignment history `(B, Tt, Ts)` (with
+    `return_alignments`). The inputs' mask (padded targets) passes on to the
+    outputs; padded steps keep the state unchanged.
+
+    Args:
+        cell: an `AttentionGRUCell`, `AttentionLSTMCell` or `AttentionWrapper`.
+        return_sequences: return every step's output, not only the last.
+        return_state: also return the final states.
+        return_alignments: also return the alignment history.
+
+    Example:
+
+    ```python
+    cell = keras_attention.AttentionGRUCell(32, keras_attention.AdditiveAttention(16))
+    source = keras.Input((None,), dtype="int32")
+    target_in = keras.Input((None,), dtype="int32")
+    memory = keras.layers.Bidirectional(keras.layers.GRU(16, return_sequences=True))(
+        keras.layers.Embedding(50, 8, mask_zero=True)(source))
+    outputs, alignments = keras_attention.AttentionDecoder(cell, return_alignments=True)(
+        keras.layers.Embedding(40, 8, mask_zero=True)(target_in), memory)
+    logits = keras.layers.Dense(40)(outputs)
+    model = keras.Model([source, target_in], [logits, alignments])
+    ```
+    """
+
+    def __init__(self, cell, return_sequences=True, return_state=False, return_alignments=False, **kwargs):
+        super().__init__(**kwargs)
+        self.cell = _cell(self, cell)
+        self.return_sequences = bool(return_sequences)
+        self.return_state = bool(return_state)
+        self.return_alignments = bool(return_alignments)
+        self.supports_masking = True
+
+    def build(self, inputs_shape, memory_shape):
+        for argument, shape, rank in (("inputs", inputs_shape, 3), ("memory", memory_shape, 3)):
+            if len(shape) != rank:
+                raise ValueError(
+                    f"AttentionDecoder: `{argument}` must have rank 3 (batch, time, features); "
+                    f"got shape {tuple(shape)}."
+                )
+        if not self.cell.built:
+            self.cell.build(inputs_shape, memory_shape)
+        self.built = True
+
+    def _rnn(self):
+        # A fresh RNN wrapper per call: it owns no weights (they are the
+        # cell's), and keeping none as an attribute keeps the cell saved once.
+        return keras.layers.RNN(
+            self.cell,
+            return_sequences=self.return_sequences,
+            return_state=True,
+            dtype=self.dtype_policy,
+        )
+
+    def call(self, inputs, memory, memory_mask=None, inputs_mask=None, initial_state=None, training=None):
+        batch = ops.shape(inputs)[0]
+        if initial_state is None:
+            initial_state = self.cell.get_initial_state(batch)
+        initial_state = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
+        expected = len(self.cell.state_size)
+        if len(initial_state) != expected:
+            raise ValueError(
+                f"AttentionDecoder: `initial_state` must hold {expected} tensor(s) for "
+                f"{type(self.cell).__name__} (sizes {self.cell.state_size}); got {len(initial_state)}."
+            )
+        prepared = self.cell.prepare_memory(memory, memory_mask)
+        with self.cell.bind(prepared, with_alignments=self.return_alignments):
+            output, *states = self._rnn()(
+                inputs, initial_state=initial_state, mask=inputs_mask, training=training
+            )
+        results = []
+        if self.return_alignments:
+            alignments = output[..., self.cell.output_size :]
+            output = output[..., : self.cell.output_size]
+        results.append(output)
+        if self.return_state:
+            results.extend(states)
+        if self.return_alignments:
+            results.append(alignments)
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def compute_output_spec(self, inputs, memory, memory_mask=None, inputs_mask=None, initial_state=None, training=None):
+        if not self.built:
+            self.build(inputs.shape, memory.shape)
+        batch, target_length = inputs.shape[0], inputs.shape[1]
+        shape = (batch, target_length, self.cell.output_size) if self.return_sequences else (batch, self.cell.output_size)
+        results = [keras.KerasTensor(shape, dtype=self.compute_dtype)]
+        if self.return_state:
+            results += [keras.KerasTensor((batch, size), dtype=self.compute_dtype) for size in self.cell.state_size]
+        if self.return_alignments:
+            alignment_shape = (batch, target_length, memory.shape[1]) if self.return_sequences else (batch, memory.shape[1])
+            results.append(keras.KerasTensor(alignment_shape, dtype=self.compute_dtype))
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def compute_mask(self, inputs, previous_mask=None):
+        if not self.return_sequences:
+            return None
+        if self.return_state or self.return_alignments:
+            count = 1 + (len(self.cell.state_size) if self.return_state else 0) + int(self.return_alignments)
+            return [previous_mask] + [None] * (count - 1)
+        return previous_mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "cell": keras.saving.serialize_keras_object(self.cell),
+                "return_sequences": self.return_sequences,
+                "return_state": self.return_state,
+                "return_alignments": self.return_alignments,
+            }
+        )
+        return config

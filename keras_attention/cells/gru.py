@@ -1,0 +1,102 @@
+"""The attention GRU decoder cell of Bahdanau et al. 2014."""
+
+import keras
+from keras import ops
+
+from keras_attention.cells.base import AttentionCell
+from keras_attention.layers import _checks
+from keras_attention.layers._weights import WeightSettings
+
+__all__ = ["AttentionGRUCell"]
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class AttentionGRUCell(WeightSettings, AttentionCell):
+    """GRU decoder cell whose gates also read an attention context.
+
+    At step `t'`, with input `y = y_{t'-1}` and state `s = s_{t'-1}`:
+
+        c  = sum_t alpha_t h_t,  alpha = softmax_t(a(s, h_t))   (context from s_{t'-1})
+        r  = sigmoid(W_yr y + W_sr s + W_cr c + b_r)
+        z  = sigmoid(W_yz y + W_sz s + W_cz c + b_z)
+        s~ = tanh   (W_ys y + W_ss (r * s) + W_cs c + b_s)
+        s_{t'} = z * s + (1 - z) * s~
+
+    The reset gate multiplies the state *before* its matrix product, as in
+    the source equations. `a` is any score layer of this library (additive
+    for Bahdanau's model). The cell's output is `[s_{t'} ; c]`, the two terms
+    Bahdanau et al.'s read-out combines with `y_{t'-1}`.
+
+    Paper: Bahdanau, Cho & Bengio 2014, "Neural Machine Translation by Jointly
+    Learning to Align and Translate", arXiv:1409.0473 (appendix A.2).
+
+    Weights (Keras layout, gates ordered `[r, z, s~]`): input_kernel
+    `(dy, 3u)`, recurrent_kernel `(u, 3u)`, context_kernel `(dv, 3u)`,
+    bias `(3u,)`; then those of the attention.
+
+    Shapes: inputs `(B, dy)` per step, states `[(B, u)]`, memory
+    `(B, Ts, dv)`; output `(B, u + dv)`. Use it through `AttentionDecoder`
+    (teacher forcing and in-graph decoding), or call
+    `step(inputs, states, cell.prepare_memory(memory, mask))` in a loop.
+
+    Args:
+        units: the state size `u`.
+        attention: a score layer (e.g. `AdditiveAttention(units=64)`); it is
+            queried with `s_{t'-1}`.
+        kernel_initializer, kernel_regularizer: for the kernels.
+
+    Example:
+
+    ```python
+    cell = keras_attention.AttentionGRUCell(16, keras_attention.AdditiveAttention(8))
+    decoder = keras_attention.AttentionDecoder(cell, return_alignments=True)
+    targets = np.random.rand(2, 4, 5).astype("float32")     # (B, Tt, dy)
+    memory = np.random.rand(2, 7, 6).astype("float32")      # (B, Ts, dv)
+    outputs, alignments = decoder(targets, memory)
+    # outputs: (2, 4, 16 + 6), alignments: (2, 4, 7)
+    ```
+    """
+
+    def __init__(self, units, attention, kernel_initializer="glorot_uniform", kernel_regularizer=None, **kwargs):
+        super().__init__(attention, **kwargs)
+        _checks.check_positive_int(self, "units", units)
+        self.units = units
+        self._set_weight_settings(kernel_initializer, kernel_regularizer)
+
+    @property
+    def recurrent_state_size(self):
+        return [self.units]
+
+    @property
+    def output_size(self):
+        return self.units + self.memory_dim
+
+    def build_cell(self, input_dim, memory_dim):
+        gates = 3 * self.units
+        self.input_kernel = self._add_kernel("input_kernel", (input_dim, gates))
+        self.recurrent_kernel = self._add_kernel("recurrent_kernel", (self.units, gates))
+        self.context_kernel = self._add_kernel("context_kernel", (memory_dim, gates))
+        self.bias = self.add_weight(name="bias", shape=(gates,), initializer="zeros")
+        self.build_attention(self.units)
+
+    def step(self, inputs, states, memory, training=None):
+        previous = ops.cast(states[0], self.compute_dtype)
+        context, alignment = self.attend(previous, memory)
+        units = self.units
+        from_inputs = (
+            ops.matmul(ops.cast(inputs, self.compute_dtype), self.input_kernel)
+            + ops.matmul(context, self.context_kernel)
+            + self.bias
+        )
+        recurrent = ops.convert_to_tensor(self.recurrent_kernel)
+        gates = from_inputs[:, : 2 * units] + ops.matmul(previous, recurrent[:, : 2 * units])
+        reset = ops.sigmoid(gates[:, :units])
+        update = ops.sigmoid(gates[:, units:])
+        candidate = ops.tanh(from_inputs[:, 2 * units :] + ops.matmul(reset * previous, recurrent[:, 2 * units :]))
+        state = update * previous + (1.0 - update) * candidate
+        return ops.concatenate([state, context], axis=-1), [state], alignment
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"units": self.units, **self._weight_settings_config()})
+        return config

@@ -1,0 +1,207 @@
+"""`InferenceDecoder`: greedy, sampling or beam-search decoding of an attention cell, in-graph."""
+
+import keras
+from keras import ops
+
+from keras_attention.cells.base import AttentionCell, AttentionMemory
+from keras_attention.decoding import beam_search, greedy_search, sampling_search, tile_batch
+from keras_attention.layers import _checks
+
+__all__ = ["InferenceDecoder"]
+
+_METHODS = ("greedy", "sample", "beam")
+
+
+def _layer(owner, argument, layer):
+    if isinstance(layer, dict):
+        layer = keras.saving.deserialize_keras_object(layer)
+    if not isinstance(layer, keras.layers.Layer):
+        raise ValueError(f"InferenceDecoder: `{argument}` must be a Keras layer; got {layer!r}.")
+    return layer
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class InferenceDecoder(keras.layers.Layer):
+    """Decode token ids from an encoder memory with an attention cell, inside the graph.
+
+    Each step embeds the previous token, runs `cell.step` against the memory
+    (its keys projected once per call) and turns the cell output into logits
+    with `output_layer`:
+
+        x_t = embedding(y_{t-1});  o_t, state = cell(x_t, state, memory)
+        logits_t = output_layer(o_t)   (or output_layer([o_t ; x_t]) with
+                                        `output_uses_inputs`, Bahdanau's read-out)
+
+    then picks tokens greedily, by sampling (temperature, top-k), or by beam
+    search (GNMT length and coverage penalties): see
+    `keras_attention.decoding`. Give it the same cell, embedding and output
+    layer as the teacher-forced training model so the weights are shared. The
+    whole loop is `keras.ops` and exports to SavedModel and ONNX.
+
+    Paper: Bahdanau et al. 2014, arXiv:1409.0473 (the decoder); Wu et al.
+    2016, arXiv:1609.08144 (beam search penalties).
+
+    Shapes: memory `(B, Ts, dm)`, memory_mask `(B, Ts)` (filled from the
+    memory's Keras mask), initial_state: the cell's states (default zeros). Returns a dict: `ids (B, L)` int32,
+    `scores (B,)`, `lengths (B,)`, `alignments (B, L, Ts)`; with
+    `method="beam"` each gains a beam axis after the batch (`(B, K, L)`, ...)
+    and `log_probs (B, K)` is added, beams sorted best first.
+
+    Args:
+        cell: an attention cell of this library (built by training, or built
+            here on first call).
+        embedding: layer mapping ids `(N,)` to `(N, dy)`.
+        output_layer: layer mapping the cell output to logits `(N, V)`.
+        start_token, end_token: ids; `max_length`: the most tokens produced.
+        method: "greedy", "sample" or "beam".
+        beam_width, length_penalty_weight, coverage_penalty_weight: beam search.
+        temperature, top_k, seed: sampling.
+        output_uses_inputs: feed `[o_t ; x_t]` to `output_layer`.
+
+    Example:
+
+    ```python
+    cell = keras_attention.AttentionGRUCell(16, keras_attention.AdditiveAttention(8))
+    decoder = keras_attention.InferenceDecoder(
+        cell, keras.layers.Embedding(12, 4), keras.layers.Dense(12),
+        start_token=1, end_token=2, max_length=6, method="beam", beam_width=3)
+    result = decoder(np.random.rand(2, 5, 6).astype("float32"))
+    # result["ids"]: (2, 3, 6), result["alignments"]: (2, 3, 6, 5)
+    ```
+    """
+
+    def __init__(
+        self,
+        cell,
+        embedding,
+        output_layer,
+        start_token,
+        end_token,
+        max_length,
+        method="greedy",
+        beam_width=4,
+        length_penalty_weight=0.0,
+        coverage_penalty_weight=0.0,
+        temperature=1.0,
+        top_k=None,
+        seed=None,
+        output_uses_inputs=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if isinstance(cell, dict):
+            cell = keras.saving.deserialize_keras_object(cell)
+        if not isinstance(cell, AttentionCell):
+            raise ValueError(
+                "InferenceDecoder: `cell` must be an attention cell of this library "
+                f"(AttentionGRUCell, AttentionLSTMCell or AttentionWrapper); got {cell!r}."
+            )
+        _checks.check_choice(self, "method", method, _METHODS)
+        for argument, value in (("start_token", start_token), ("end_token", end_token)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"InferenceDecoder: `{argument}` must be an integer id >= 0; got {value!r}.")
+        _checks.check_positive_int(self, "max_length", max_length)
+        _checks.check_positive_int(self, "beam_width", beam_width)
+        self.cell = cell
+        self.embedding = _layer(self, "embedding", embedding)
+        self.output_layer = _layer(self, "output_layer", output_layer)
+        self.start_token = start_token
+        self.end_token = end_token
+        self.max_length = max_length
+        self.method = method
+        self.beam_width = beam_width
+        self.length_penalty_weight = float(length_penalty_weight)
+        self.coverage_penalty_weight = float(coverage_penalty_weight)
+        self.temperature = float(temperature)
+        self.top_k = top_k
+        self.seed = seed
+        self.output_uses_inputs = bool(output_uses_inputs)
+        self.seed_generator = keras.random.SeedGenerator(seed) if method == "sample" else None
+        # The outputs have no time axis of the memory: no mask goes on.
+        self.supports_masking = True
+
+    def build(self, memory_shape):
+        embedded_shape = self.embedding.compute_output_shape((None,))
+        if not self.embedding.built:
+            self.embedding.build((None,))
+        if not self.cell.built:
+            self.cell.build(embedded_shape, memory_shape)
+        if not self.output_layer.built:
+            readout = self.cell.output_size + (embedded_shape[-1] if self.output_uses_inputs else 0)
+            self.output_layer.build((None, readout))
+        self.built = True
+
+    def call(self, memory, memory_mask=None, initial_state=None, mask=None):
+        # Keras fills `mask` from the memory's Keras mask when the memory is
+        # the only tensor argument, and `memory_mask` when there are more.
+        memory_mask = mask if memory_mask is None else memory_mask
+        batch = ops.shape(memory)[0]
+        if initial_state is None:
+            initial_state = self.cell.get_initial_state(batch)
+        initial_state = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
+        prepared = self.cell.prepare_memory(memory, memory_mask)
+        if self.method == "beam":
+            # Every beam reads its own copy of its example's memory.
+            prepared = AttentionMemory(
+                *(None if part is None else tile_batch(part, self.beam_width) for part in prepared)
+            )
+
+        def step(ids, states):
+            inputs = self.embedding(ids)
+            output, states, alignment = self.cell.step(inputs, list(states), prepared)
+            readout = ops.concatenate([output, ops.cast(inputs, output.dtype)], -1) if self.output_uses_inputs else output
+            return self.output_layer(readout), states, alignment
+
+        common = dict(start_tokens=self.start_token, end_token=self.end_token, max_length=self.max_length)
+        if self.method == "greedy":
+            return greedy_search(step, initial_state, **common)
+        if self.method == "sample":
+            return sampling_search(
+                step, initial_state, temperature=self.temperature, top_k=self.top_k, seed=self.seed_generator, **common
+            )
+        return beam_search(
+            step,
+            initial_state,
+            beam_width=self.beam_width,
+            length_penalty_weight=self.length_penalty_weight,
+            coverage_penalty_weight=self.coverage_penalty_weight,
+            **common,
+        )
+
+    def compute_mask(self, memory, previous_mask=None):
+        return None
+
+    def compute_output_spec(self, memory, memory_mask=None, initial_state=None, mask=None):
+        batch, source = memory.shape[0], memory.shape[1]
+        lead = (batch, self.beam_width) if self.method == "beam" else (batch,)
+        spec = {
+            "ids": keras.KerasTensor((*lead, self.max_length), dtype="int32"),
+            "scores": keras.KerasTensor(lead, dtype="float32"),
+            "lengths": keras.KerasTensor(lead, dtype="int32"),
+            "alignments": keras.KerasTensor((*lead, self.max_length, source), dtype="float32"),
+        }
+        if self.method == "beam":
+            spec["log_probs"] = keras.KerasTensor(lead, dtype="float32")
+        return spec
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "cell": keras.saving.serialize_keras_object(self.cell),
+                "embedding": keras.saving.serialize_keras_object(self.embedding),
+                "output_layer": keras.saving.serialize_keras_object(self.output_layer),
+                "start_token": self.start_token,
+                "end_token": self.end_token,
+                "max_length": self.max_length,
+                "method": self.method,
+                "beam_width": self.beam_width,
+                "length_penalty_weight": self.length_penalty_weight,
+                "coverage_penalty_weight": self.coverage_penalty_weight,
+                "temperature": self.temperature,
+                "top_k": self.top_k,
+                "seed": self.seed,
+                "output_uses_inputs": self.output_uses_inputs,
+            }
+        )
+        return config

@@ -1,0 +1,153 @@
+"""`AttentionWrapper`: add attention to any Keras RNN cell (tfa.seq2seq's design)."""
+
+import inspect
+
+import keras
+from keras import ops
+
+from keras_attention.cells.base import AttentionCell
+from keras_attention.layers import _checks
+from keras_attention.layers._weights import WeightSettings
+
+__all__ = ["AttentionWrapper"]
+
+
+def _state_structure(cell):
+    """The nest of ints that `cell.call` expects its states in."""
+    size = cell.state_size
+    return [size] if isinstance(size, int) else list(size)
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class AttentionWrapper(WeightSettings, AttentionCell):
+    """Attention around any Keras RNN cell, Luong or Bahdanau style.
+
+    At each step, with input `x`, the wrapped cell's state and the previous
+    attention vector `a_{t-1}`:
+
+        h_t, state = cell([x ; a_{t-1}], state)     (input feeding; x alone without)
+        c_t = sum_s alpha_s v_s,   alpha = softmax_s(score(h_t, k_s))
+        a_t = tanh(W_c [c_t ; h_t])                  (with attention_layer_size)
+        a_t = c_t                                     (without)
+        output = a_t (output_attention=True, Luong)  or  h_t (False)
+
+    As in `tfa.seq2seq.AttentionWrapper`, the query is the wrapped cell's
+    current output, the attention vector is fed back into the next step's
+    input ("input feeding"), and `output_attention=False` outputs the cell
+    output instead (the Bahdanau-style variant of that API). The memory's
+    keys are projected once per sequence.
+
+    Paper: Luong, Pham & Manning 2015, "Effective Approaches to
+    Attention-based Neural Machine Translation", arXiv:1508.04025.
+
+    Weights: attention_kernel `(dv + dh, attention_layer_size)` = `W_c^T`
+    (with `attention_layer_size`); those of the wrapped cell and the
+    attention.
+
+    Shapes: inputs `(B, dx)` per step; states: the wrapped cell's states
+    (flattened) then `a_{t-1}` `(B, attention_layer_size or dv)`; memory
+    `(B, Ts, dv)`; output `(B, attention_layer_size or dv)` or the cell's
+    output size.
+
+    Args:
+        cell: a Keras RNN cell (`SimpleRNNCell`, `GRUCell`, `LSTMCell`,
+            `StackedRNNCells`, ...), unbuilt.
+        attention: a score layer of this library (e.g. `GeneralAttention()`
+            for Luong's "general", `AdditiveAttention(units)` for Bahdanau's).
+        attention_layer_size: size of `a_t`, or None to use the context.
+        output_attention: output `a_t` (Luong) rather than the cell output.
+        input_feeding: concatenate `a_{t-1}` to the cell's input.
+        kernel_initializer, kernel_regularizer: for `W_c`.
+
+    Example:
+
+    ```python
+    cell = keras_attention.AttentionWrapper(
+        keras.layers.LSTMCell(16), keras_attention.GeneralAttention(), attention_layer_size=16)
+    decoder = keras_attention.AttentionDecoder(cell)
+    outputs = decoder(np.random.rand(2, 4, 5).astype("float32"),
+                      np.random.rand(2, 7, 6).astype("float32"))
+    # outputs: (2, 4, 16), the attention vectors a_t
+    ```
+    """
+
+    def __init__(
+        self,
+        cell,
+        attention,
+        attention_layer_size=None,
+        output_attention=True,
+        input_feeding=True,
+        kernel_initializer="glorot_uniform",
+        kernel_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(attention, **kwargs)
+        if isinstance(cell, dict):
+            cell = keras.saving.deserialize_keras_object(cell)
+        if not isinstance(cell, keras.layers.Layer) or not hasattr(cell, "state_size"):
+            raise ValueError(
+                "AttentionWrapper: `cell` must be a Keras RNN cell (a Layer with a "
+                f"`state_size`, such as keras.layers.GRUCell(32)); got {cell!r}."
+            )
+        _checks.check_positive_int(self, "attention_layer_size", attention_layer_size, allow_none=True)
+        self.cell = cell
+        self.attention_layer_size = attention_layer_size
+        self.output_attention = bool(output_attention)
+        self.input_feeding = bool(input_feeding)
+        self._set_weight_settings(kernel_initializer, kernel_regularizer)
+
+    @property
+    def attention_size(self):
+        return self.attention_layer_size or self.memory_dim
+
+    @property
+    def recurrent_state_size(self):
+        return keras.tree.flatten(_state_structure(self.cell)) + [self.attention_size]
+
+    @property
+    def output_size(self):
+        return self.attention_size if self.output_attention else self._cell_output_size
+
+    def build_cell(self, input_dim, memory_dim):
+        cell_input_dim = input_dim + (self.attention_size if self.input_feeding else 0)
+        if not self.cell.built:
+            self.cell.build((None, cell_input_dim))
+        # Keras cells without an `output_size` output their first state.
+        output_size = getattr(self.cell, "output_size", None)
+        self._cell_output_size = int(output_size or keras.tree.flatten(_state_structure(self.cell))[0])
+        self.attention_kernel = None
+        if self.attention_layer_size:
+            self.attention_kernel = self._add_kernel(
+                "attention_kernel", (memory_dim + self._cell_output_size, self.attention_layer_size)
+            )
+        self.build_attention(self._cell_output_size)
+
+    def step(self, inputs, states, memory, training=None):
+        *cell_states, previous_attention = states
+        inputs = ops.cast(inputs, self.compute_dtype)
+        if self.input_feeding:
+            inputs = ops.concatenate([inputs, ops.cast(previous_attention, inputs.dtype)], axis=-1)
+        structured = keras.tree.pack_sequence_as(_state_structure(self.cell), cell_states)
+        kwargs = {"training": training} if "training" in inspect.signature(self.cell.call).parameters else {}
+        cell_output, new_cell_states = self.cell(inputs, structured, **kwargs)
+        context, alignment = self.attend(cell_output, memory)
+        if self.attention_kernel is None:
+            attention = context
+        else:
+            attention = ops.tanh(ops.matmul(ops.concatenate([context, cell_output], axis=-1), self.attention_kernel))
+        output = attention if self.output_attention else cell_output
+        return output, keras.tree.flatten(new_cell_states) + [attention], alignment
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "cell": keras.saving.serialize_keras_object(self.cell),
+                "attention_layer_size": self.attention_layer_size,
+                "output_attention": self.output_attention,
+                "input_feeding": self.input_feeding,
+                **self._weight_settings_config(),
+            }
+        )
+        return config

@@ -1,0 +1,419 @@
+"""Attention decoder cells, AttentionDecoder and InferenceDecoder."""
+
+import keras
+import numpy as np
+import onnxruntime
+import pytest
+
+import keras_attention as ka
+from tests import reference
+from tests.export_check import assert_export_parity
+from tests.layer_cases import lengths_mask, randomize, token_batch, weights_of
+
+B, TT, TS, DY, DM, UNITS = 3, 4, 5, 3, 6, 7
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def additive_step(w, query, memory, mask):
+    """Context and alignment of additive attention for one query per example."""
+    scores = reference.additive_scores(w, query[:, None, :], memory)  # (B, 1, Ts)
+    context, weights = reference.attend(scores, memory, mask[:, None, :])
+    return context[:, 0], weights[:, 0]
+
+
+def own_weights(cell):
+    """The cell's own weights (weights_of would mix in the attention's `bias`)."""
+    names = ("input_kernel", "recurrent_kernel", "context_kernel", "bias")
+    return {name: getattr(cell, name).numpy().astype(np.float64) for name in names}
+
+
+def gru_reference(cell, inputs, memory, mask, target_mask, state):
+    w, a = own_weights(cell), weights_of(cell.attention)
+    u = cell.units
+    outputs, alignments = [], []
+    for t in range(inputs.shape[1]):
+        y = inputs[:, t]
+        context, alignment = additive_step(a, state, memory, mask)
+        x_part = y @ w["input_kernel"] + context @ w["context_kernel"] + w["bias"]
+        U = w["recurrent_kernel"]
+        r = sigmoid(x_part[:, :u] + state @ U[:, :u])
+        z = sigmoid(x_part[:, u : 2 * u] + state @ U[:, u : 2 * u])
+        candidate = np.tanh(x_part[:, 2 * u :] + (r * state) @ U[:, 2 * u :])
+        new_state = z * state + (1 - z) * candidate
+        keep = target_mask[:, t : t + 1]
+        # A padded target step keeps the state and repeats the previous output.
+        output = np.concatenate([new_state, context], -1)
+        if outputs:
+            output = np.where(keep, output, outputs[-1])
+        state = np.where(keep, new_state, state)
+        outputs.append(output)
+        alignments.append(np.where(keep, alignment, alignments[-1] if alignments else alignment))
+    return np.stack(outputs, 1), state, np.stack(alignments, 1)
+
+
+def lstm_reference(cell, inputs, memory, mask, state):
+    w, a = own_weights(cell), weights_of(cell.attention)
+    u = cell.units
+    hidden, cell_state = state
+    outputs, alignments = [], []
+    for t in range(inputs.shape[1]):
+        context, alignment = additive_step(a, hidden, memory, mask)
+        gates = inputs[:, t] @ w["input_kernel"] + hidden @ w["recurrent_kernel"] + context @ w["context_kernel"] + w["bias"]
+        i, f = sigmoid(gates[:, :u]), sigmoid(gates[:, u : 2 * u])
+        g, o = np.tanh(gates[:, 2 * u : 3 * u]), sigmoid(gates[:, 3 * u :])
+        cell_state = f * cell_state + i * g
+        hidden = o * np.tanh(cell_state)
+        outputs.append(np.concatenate([hidden, context], -1))
+        alignments.append(alignment)
+    return np.stack(outputs, 1), (hidden, cell_state), np.stack(alignments, 1)
+
+
+def wrapper_reference(wrapper, inputs, memory, mask, state):
+    """AttentionWrapper around a Keras LSTMCell (gates i, f, c, o), general score."""
+    inner = weights_of(wrapper.cell)
+    general = weights_of(wrapper.attention)["bilinear_kernel"]
+    u = wrapper.cell.units
+    hidden, cell_state, attention = state
+    outputs, alignments = [], []
+    for t in range(inputs.shape[1]):
+        x = np.concatenate([inputs[:, t], attention], -1) if wrapper.input_feeding else inputs[:, t]
+        gates = x @ inner["kernel"] + hidden @ inner["recurrent_kernel"] + inner["bias"]
+        i, f = sigmoid(gates[:, :u]), sigmoid(gates[:, u : 2 * u])
+        g, o = np.tanh(gates[:, 2 * u : 3 * u]), sigmoid(gates[:, 3 * u :])
+        cell_state = f * cell_state + i * g
+        hidden = o * np.tanh(cell_state)
+        scores = reference.general_scores({"bilinear_kernel": general}, hidden[:, None, :], memory)
+        context, weights = reference.attend(scores, memory, mask[:, None, :])
+        context = context[:, 0]
+        if wrapper.attention_layer_size:
+            attention = np.tanh(np.concatenate([context, hidden], -1) @ weights_of(wrapper)["attention_kernel"])
+        else:
+            attention = context
+        outputs.append(attention if wrapper.output_attention else hidden)
+        alignments.append(weights[:, 0])
+    return np.stack(outputs, 1), (hidden, cell_state, attention), np.stack(alignments, 1)
+
+
+def data(rng, dtype="float32"):
+    inputs = rng.normal(size=(B, TT, DY)).astype(dtype)
+    memory = rng.normal(size=(B, TS, DM)).astype(dtype)
+    mask = lengths_mask([5, 2, 4], TS)
+    return inputs, memory, mask
+
+
+def build_decoder(cell, rng, inputs, memory, **kwargs):
+    decoder = ka.AttentionDecoder(cell, return_state=True, return_alignments=True, **kwargs)
+    decoder(inputs, memory)
+    randomize(cell, rng)
+    return decoder
+
+
+# ----------------------------------------------------------- step references
+
+
+def test_gru_cell_matches_the_equations_step_by_step():
+    rng = np.random.default_rng(0)
+    inputs, memory, mask = data(rng)
+    cell = ka.AttentionGRUCell(UNITS, ka.AdditiveAttention(4, use_bias=True))
+    decoder = build_decoder(cell, rng, inputs, memory)
+    state = rng.normal(size=(B, UNITS)).astype("float32")
+    target_mask = lengths_mask([4, 3, 1], TT)
+    outputs, final, alignments = decoder(
+        inputs, memory, memory_mask=mask, inputs_mask=target_mask, initial_state=[state]
+    )
+    want_outputs, want_state, want_alignments = gru_reference(cell, inputs, memory, mask, target_mask, state)
+    np.testing.assert_allclose(outputs, want_outputs, atol=1e-5)
+    np.testing.assert_allclose(final, want_state, atol=1e-5)
+    np.testing.assert_allclose(alignments, want_alignments, atol=1e-5)
+    assert (np.asarray(alignments)[1, :, 2:] == 0).all(), "padded memory gets zero weight"
+
+
+def test_lstm_cell_matches_the_equations_step_by_step():
+    rng = np.random.default_rng(1)
+    inputs, memory, mask = data(rng)
+    cell = ka.AttentionLSTMCell(UNITS, ka.AdditiveAttention(4))
+    decoder = build_decoder(cell, rng, inputs, memory)
+    state = [rng.normal(size=(B, UNITS)).astype("float32") for _ in range(2)]
+    outputs, hidden, cell_state, alignments = decoder(inputs, memory, memory_mask=mask, initial_state=state)
+    want_outputs, (want_hidden, want_cell), want_alignments = lstm_reference(cell, inputs, memory, mask, state)
+    np.testing.assert_allclose(outputs, want_outputs, atol=1e-5)
+    np.testing.assert_allclose(hidden, want_hidden, atol=1e-5)
+    np.testing.assert_allclose(cell_state, want_cell, atol=1e-5)
+    np.testing.assert_allclose(alignments, want_alignments, atol=1e-5)
+
+
+def test_lstm_forget_bias_starts_at_one():
+    cell = ka.AttentionLSTMCell(3, ka.DotAttention())
+    ka.AttentionDecoder(cell)(np.zeros((1, 2, 3), "float32"), np.zeros((1, 2, 3), "float32"))
+    np.testing.assert_array_equal(cell.bias.numpy(), [0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0])
+
+
+@pytest.mark.parametrize(
+    "size, output_attention, input_feeding",
+    [(5, True, True), (None, True, True), (5, False, True), (5, True, False)],
+    ids=["luong", "context_only", "bahdanau_style", "no_input_feeding"],
+)
+def test_wrapper_matches_the_equations_step_by_step(size, output_attention, input_feeding):
+    rng = np.random.default_rng(2)
+    inputs, memory, mask = data(rng)
+    wrapper = ka.AttentionWrapper(
+        keras.layers.LSTMCell(UNITS), ka.GeneralAttention(),
+        attention_layer_size=size, output_attention=output_attention, input_feeding=input_feeding,
+    )
+    decoder = build_decoder(wrapper, rng, inputs, memory)
+    attention_size = size or DM
+    state = [rng.normal(size=(B, UNITS)).astype("float32") for _ in range(2)]
+    state.append(rng.normal(size=(B, attention_size)).astype("float32"))
+    outputs, hidden, cell_state, attention, alignments = decoder(inputs, memory, memory_mask=mask, initial_state=state)
+    want_outputs, (want_hidden, want_cell, want_attention), want_alignments = wrapper_reference(
+        wrapper, inputs, memory, mask, state
+    )
+    np.testing.assert_allclose(outputs, want_outputs, atol=1e-5)
+    np.testing.assert_allclose(hidden, want_hidden, atol=1e-5)
+    np.testing.assert_allclose(attention, want_attention, atol=1e-5)
+    np.testing.assert_allclose(alignments, want_alignments, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "make_cell",
+    [
+        lambda: keras.layers.SimpleRNNCell(6),
+        lambda: keras.layers.GRUCell(6),
+        lambda: keras.layers.StackedRNNCells([keras.layers.LSTMCell(6), keras.layers.GRUCell(4)]),
+    ],
+    ids=["simple_rnn", "gru", "stacked"],
+)
+def test_wrapper_accepts_any_keras_cell(make_cell):
+    rng = np.random.default_rng(3)
+    inputs, memory, mask = data(rng)
+    decoder = ka.AttentionDecoder(
+        ka.AttentionWrapper(make_cell(), ka.AdditiveAttention(4), attention_layer_size=5),
+        return_alignments=True,
+    )
+    outputs, alignments = decoder(inputs, memory, memory_mask=mask)
+    assert outputs.shape == (B, TT, 5)
+    alignments = np.asarray(alignments)
+    np.testing.assert_allclose(alignments.sum(-1), 1.0, atol=1e-5)
+    assert (alignments[1, :, 2:] == 0).all()
+
+
+# ------------------------------------------------------------ memory handling
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm", "wrapper"])
+def test_memory_keys_are_projected_once_per_sequence(kind, monkeypatch):
+    rng = np.random.default_rng(4)
+    inputs, memory, mask = data(rng)
+    attention = ka.AdditiveAttention(4)
+    cell = {
+        "gru": lambda: ka.AttentionGRUCell(UNITS, attention),
+        "lstm": lambda: ka.AttentionLSTMCell(UNITS, attention),
+        "wrapper": lambda: ka.AttentionWrapper(keras.layers.GRUCell(UNITS), attention),
+    }[kind]()
+    decoder = ka.AttentionDecoder(cell)
+    decoder(inputs, memory)
+    calls = {"keys": 0, "queries": 0}
+    for hook in ("project_key", "project_query"):
+        original = getattr(attention, hook)
+
+        def counting(x, original=original, name="keys" if hook == "project_key" else "queries"):
+            calls[name] += 1
+            return original(x)
+
+        monkeypatch.setattr(attention, hook, counting)
+    decoder(inputs, memory, memory_mask=mask)  # eager: the RNN runs its steps in Python
+    # Keras's RNN runs step 0 once more to learn the output's structure, so
+    # queries are projected Tt + 1 times; the keys exactly once.
+    assert calls == {"keys": 1, "queries": TT + 1}
+    calls.update(keys=0, queries=0)
+    embedding, output_layer = keras.layers.Embedding(9, DY), keras.layers.Dense(9)
+    ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, max_length=6, method="beam", beam_width=2)(memory)
+    assert calls["keys"] == 1 and calls["queries"] >= 2
+
+
+def test_a_cell_without_memory_says_how_to_give_it_one():
+    cell = ka.AttentionGRUCell(4, ka.DotAttention())
+    ka.AttentionDecoder(cell)(np.zeros((1, 2, 3), "float32"), np.zeros((1, 2, 4), "float32"))
+    with pytest.raises(ValueError, match=r"has no memory to attend to.*AttentionDecoder.*cell.bind"):
+        keras.layers.RNN(cell)(np.zeros((1, 2, 3), "float32"))
+
+
+def test_user_rnn_with_a_bound_memory_equals_the_decoder():
+    rng = np.random.default_rng(5)
+    inputs, memory, mask = data(rng)
+    cell = ka.AttentionGRUCell(UNITS, ka.AdditiveAttention(4))
+    decoder = ka.AttentionDecoder(cell)
+    expected = decoder(inputs, memory, memory_mask=mask)
+    with cell.bind(cell.prepare_memory(memory, mask)):
+        got = keras.layers.RNN(cell, return_sequences=True)(inputs)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+# ----------------------------------------------------------- Keras integration
+
+
+def seq2seq(cell_kind, vocabulary=12, units=8):
+    source = keras.Input((None,), dtype="int32", name="source")
+    target = keras.Input((None,), dtype="int32", name="target")
+    memory = keras.layers.Bidirectional(keras.layers.GRU(units // 2, return_sequences=True))(
+        keras.layers.Embedding(vocabulary, 5, mask_zero=True)(source)
+    )
+    attention = ka.AdditiveAttention(6)
+    cell = {
+        "gru": lambda: ka.AttentionGRUCell(units, attention),
+        "lstm": lambda: ka.AttentionLSTMCell(units, attention),
+        "wrapper": lambda: ka.AttentionWrapper(keras.layers.GRUCell(units), attention, attention_layer_size=units),
+    }[cell_kind]()
+    outputs = ka.AttentionDecoder(cell, name="decoder")(keras.layers.Embedding(vocabulary, 5, mask_zero=True)(target), memory)
+    return keras.Model([source, target], keras.layers.Dense(vocabulary)(outputs))
+
+
+@pytest.mark.parametrize("cell_kind", ["gru", "lstm", "wrapper"])
+def test_trains_with_xla_and_unknown_lengths(cell_kind):
+    rng = np.random.default_rng(6)
+    model = seq2seq(cell_kind)
+    model.compile(keras.optimizers.Adam(0.02), ka.SequenceLoss(), jit_compile=True)
+    source, target = token_batch(rng, 16, 7, 12, 2), token_batch(rng, 16, 5, 12, 2)
+    decoder_weights = [w.numpy().copy() for w in model.get_layer("decoder").trainable_weights]
+    history = model.fit([source, target], target, batch_size=8, epochs=4, verbose=0).history["loss"]
+    assert np.isfinite(history).all() and history[-1] < history[0]
+    for old, new in zip(decoder_weights, model.get_layer("decoder").trainable_weights):
+        assert not np.allclose(old, new.numpy()), new.path
+    assert model.predict([token_batch(rng, 2, 9, 12), token_batch(rng, 2, 3, 12)], verbose=0).shape == (2, 3, 12)
+
+
+@pytest.mark.parametrize("cell_kind", ["gru", "lstm", "wrapper"])
+def test_keras_file_round_trip_and_export(cell_kind, tmp_path):
+    rng = np.random.default_rng(7)
+    model = seq2seq(cell_kind)
+    for variable in model.trainable_weights:
+        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    inputs = [token_batch(rng, 3, 6, 12), token_batch(rng, 3, 4, 12)]
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    np.testing.assert_array_equal(loaded(inputs), model(inputs))
+    batches = [
+        {"source": inputs[0], "target": inputs[1]},
+        {"source": token_batch(rng, 1, 9, 12), "target": token_batch(rng, 1, 2, 12)},
+    ]
+    assert_export_parity(model, batches, tmp_path, atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("cell_kind", ["gru", "wrapper"])
+def test_mixed_precision(policy, cell_kind):
+    keras.config.set_dtype_policy(policy)
+    model = seq2seq(cell_kind)
+    rng = np.random.default_rng(8)
+    logits = model([token_batch(rng, 2, 6, 12), token_batch(rng, 2, 4, 12)])
+    assert logits.dtype == policy.split("_")[1]
+    assert all(w.dtype == "float32" for w in model.get_layer("decoder").weights)
+    assert np.isfinite(np.asarray(logits, np.float32)).all()
+
+
+# ------------------------------------------------------------ inference decoding
+
+
+def trained_parts(rng):
+    cell = ka.AttentionGRUCell(UNITS, ka.AdditiveAttention(4))
+    embedding, output_layer = keras.layers.Embedding(9, DY), keras.layers.Dense(9)
+    decoder = ka.InferenceDecoder(cell, embedding, output_layer, start_token=1, end_token=2, max_length=6)
+    memory = rng.normal(size=(B, TS, DM)).astype("float32")
+    decoder(memory)
+    for layer in (cell, embedding, output_layer):
+        randomize(layer, rng)
+    return cell, embedding, output_layer, memory
+
+
+def test_greedy_inference_equals_a_python_step_loop():
+    rng = np.random.default_rng(9)
+    cell, embedding, output_layer, memory = trained_parts(rng)
+    mask = lengths_mask([5, 2, 4], TS)
+    result = ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, max_length=6)(memory, memory_mask=mask)
+    prepared = cell.prepare_memory(memory, mask)
+    for b in range(B):
+        one = cell.prepare_memory(memory[b : b + 1], mask[b : b + 1])
+        state, token, tokens, alignments = [np.zeros((1, UNITS), "float32")], 1, [], []
+        for _ in range(6):
+            output, state, alignment = cell.step(embedding(np.array([token])), state, one)
+            token = int(np.argmax(np.asarray(output_layer(output))[0]))
+            tokens.append(token)
+            alignments.append(np.asarray(alignment)[0])
+            if token == 2:
+                break
+        ids = np.asarray(result["ids"])[b]
+        assert list(ids[: len(tokens)]) == tokens
+        np.testing.assert_allclose(np.asarray(result["alignments"])[b, : len(tokens)], alignments, atol=1e-5)
+    assert prepared.keys.shape == (B, TS, 4)
+
+
+def test_beam_width_one_equals_greedy_and_wider_beams_score_no_worse():
+    rng = np.random.default_rng(10)
+    cell, embedding, output_layer, memory = trained_parts(rng)
+    greedy = ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, 6)(memory)
+    narrow = ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, 6, method="beam", beam_width=1)(memory)
+    wide = ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, 6, method="beam", beam_width=4)(memory)
+    np.testing.assert_array_equal(np.asarray(narrow["ids"])[:, 0], greedy["ids"])
+    assert (np.asarray(wide["log_probs"])[:, 0] >= np.asarray(greedy["scores"]) - 1e-5).all()
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_inference_model_exports_with_identical_ids(method, tmp_path):
+    rng = np.random.default_rng(11)
+    cell, embedding, output_layer, _ = trained_parts(rng)
+    source = keras.Input((None,), dtype="int32", name="source")
+    memory = keras.layers.Embedding(9, DM, mask_zero=True)(source)
+    decoded = ka.InferenceDecoder(
+        cell, embedding, output_layer, 1, 2, 6, method=method, beam_width=3, length_penalty_weight=0.6
+    )(memory)
+    model = keras.Model(source, decoded)
+    sources = token_batch(rng, 3, 5, 9, 2)
+    expected = model(sources)
+    model.save(tmp_path / "decode.keras")
+    np.testing.assert_array_equal(keras.saving.load_model(tmp_path / "decode.keras")(sources)["ids"], expected["ids"])
+    model.export(str(tmp_path / "decode.onnx"), format="onnx", verbose=False)
+    session = onnxruntime.InferenceSession(str(tmp_path / "decode.onnx"), providers=["CPUExecutionProvider"])
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"source": sources})))
+    np.testing.assert_array_equal(got["ids"], expected["ids"])
+    np.testing.assert_allclose(got["scores"], expected["scores"], atol=1e-4)
+    np.testing.assert_allclose(got["alignments"], expected["alignments"], atol=1e-5)
+
+
+# ---------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: ka.AttentionGRUCell(0, ka.DotAttention()), r"AttentionGRUCell: `units` must be a positive integer; got 0"),
+        (lambda: ka.AttentionGRUCell(4, "dot"), r"`attention` must be a score layer of this library"),
+        (lambda: ka.AttentionDecoder(keras.layers.GRUCell(4)), r"AttentionDecoder: `cell` must be an attention cell"),
+        (lambda: ka.AttentionWrapper("gru", ka.DotAttention()), r"AttentionWrapper: `cell` must be a Keras RNN cell"),
+        (lambda: ka.AttentionWrapper(keras.layers.GRUCell(4), ka.DotAttention(), attention_layer_size=0), r"`attention_layer_size` must be a positive integer or None; got 0"),
+        (lambda: ka.InferenceDecoder(ka.AttentionGRUCell(4, ka.DotAttention()), keras.layers.Embedding(3, 2), keras.layers.Dense(3), 1, 2, 5, method="top"), r"unknown `method` 'top'"),
+        (lambda: ka.InferenceDecoder(ka.AttentionGRUCell(4, ka.DotAttention()), keras.layers.Embedding(3, 2), keras.layers.Dense(3), -1, 2, 5), r"`start_token` must be an integer id >= 0; got -1"),
+    ],
+)
+def test_bad_arguments(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_initial_state_of_the_wrong_size():
+    decoder = ka.AttentionDecoder(ka.AttentionLSTMCell(4, ka.DotAttention()))
+    with pytest.raises(ValueError, match=r"`initial_state` must hold 2 tensor\(s\) for AttentionLSTMCell \(sizes \[4, 4\]\); got 1"):
+        decoder(np.zeros((1, 2, 3), "float32"), np.zeros((1, 2, 4), "float32"), initial_state=[np.zeros((1, 4), "float32")])
+
+
+def test_inference_decoder_reads_the_memory_keras_mask():
+    rng = np.random.default_rng(12)
+    cell, embedding, output_layer, _ = trained_parts(rng)
+    source = keras.Input((None,), dtype="int32")
+    memory = keras.layers.Embedding(9, DM, mask_zero=True)(source)
+    model = keras.Model(source, ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, 6)(memory))
+    alignments = np.asarray(model(np.array([[3, 4, 0, 0, 0]], "int32"))["alignments"])
+    assert (alignments[0, :, 2:] == 0).all()
+    assert alignments[0, 0, :2].sum() == pytest.approx(1.0, abs=1e-5)
