@@ -404,7 +404,7 @@ def test_bad_arguments(make, message):
 
 def test_initial_state_of_the_wrong_size():
     decoder = ka.AttentionDecoder(ka.AttentionLSTMCell(4, ka.DotAttention()))
-    with pytest.raises(ValueError, match=r"`initial_state` must hold 2 tensor\(s\) for AttentionLSTMCell \(sizes \[4, 4\]\); got 1"):
+    with pytest.raises(ValueError, match=r"AttentionLSTMCell: `initial_state` must hold 2 tensor\(s\) \(sizes \[4, 4\]\); got 1"):
         decoder(np.zeros((1, 2, 3), "float32"), np.zeros((1, 2, 4), "float32"), initial_state=[np.zeros((1, 4), "float32")])
 
 

@@ -46,8 +46,14 @@ class AttentionCell(keras.layers.Layer):
 
     Subclasses implement `build_cell(input_dim, memory_dim)`,
     `recurrent_state_size` (list of ints), `output_size` and
-    `step(inputs, states, memory, training=None)` returning
-    `(output, new_states, alignment)`.
+    `cell_step(inputs, states, attend, training)` returning
+    `(output, new_states, alignment)`, where `attend(query)` gives the
+    context and alignment for a `(B, dq)` query.
+
+    A monotonic attention (one with `is_monotonic = True`) needs the previous
+    step's alignment: the cell then carries it as one more state after the
+    recurrent ones (size None in `state_size`: it is the memory length), starting
+    from `attention.initial_alignment(memory)`.
     """
 
     def __init__(self, attention, **kwargs):
@@ -107,24 +113,75 @@ class AttentionCell(keras.layers.Layer):
         finally:
             self._bound = previous
 
-    def attend(self, query, memory):
+    @property
+    def is_monotonic(self):
+        return bool(getattr(self.attention, "is_monotonic", False))
+
+    def attend(self, query, memory, previous_alignment=None, training=None):
         """Context `(B, dv)` and alignment `(B, Ts)` for queries `(B, dq)`."""
         # Projecting the rank-2 query keeps the step's matmuls 2-D (a rank-3
         # one lowers to a tensordot that XLA cannot compile in the loop's
         # gradient).
         projected = ops.expand_dims(self.attention.project_query(query), 1)
         mask = None if memory.mask is None else ops.expand_dims(memory.mask, 1)
-        context, weights = self.attention.attend(projected, memory.keys, memory.values, mask)
+        kwargs = {}
+        if self.is_monotonic:
+            kwargs["previous_alignment"] = ops.expand_dims(previous_alignment, 1)
+        context, weights = self.attention.attend(
+            projected, memory.keys, memory.values, mask, training=training, **kwargs
+        )
         return ops.squeeze(context, 1), ops.squeeze(weights, 1)
+
+    def step(self, inputs, states, memory, training=None):
+        """One decoder step: `(output, new_states, alignment)`.
+
+        `states` are the cell's states (`state_size`); `memory` comes from
+        `prepare_memory`. This is the stateless form for custom loops.
+        """
+        states = list(states)
+        previous_alignment = states.pop() if self.is_monotonic else None
+
+        def attend(query):
+            return self.attend(query, memory, previous_alignment, training=training)
+
+        output, new_states, alignment = self.cell_step(inputs, states, attend, training)
+        if self.is_monotonic:
+            new_states = list(new_states) + [ops.cast(alignment, self.compute_dtype)]
+        return output, new_states, alignment
 
     # ------------------------------------------------------------------- call
 
     @property
     def state_size(self):
-        return self.recurrent_state_size
+        return self.recurrent_state_size + ([None] if self.is_monotonic else [])
 
-    def get_initial_state(self, batch_size=None):
-        return [ops.zeros((batch_size, size), dtype=self.compute_dtype) for size in self.state_size]
+    def get_initial_state(self, batch_size=None, memory=None):
+        """Zero recurrent states (and, for monotonic attention, the initial
+        alignment of `memory`, one-hot at position 0)."""
+        states = [ops.zeros((batch_size, size), dtype=self.compute_dtype) for size in self.recurrent_state_size]
+        if self.is_monotonic:
+            if memory is None:
+                raise ValueError(
+                    f"{type(self).__name__}: with monotonic attention the initial state "
+                    "includes the initial alignment; pass `memory=cell.prepare_memory(...)`."
+                )
+            states.append(ops.cast(self.attention.initial_alignment(memory.values), self.compute_dtype))
+        return states
+
+    def complete_initial_state(self, recurrent_states, memory):
+        """The cell's full initial state from the user's recurrent states."""
+        recurrent_states = list(recurrent_states)
+        expected = len(self.recurrent_state_size)
+        if len(recurrent_states) != expected:
+            raise ValueError(
+                f"{type(self).__name__}: `initial_state` must hold {expected} tensor(s) "
+                f"(sizes {self.recurrent_state_size}); got {len(recurrent_states)}."
+            )
+        if self.is_monotonic:
+            recurrent_states.append(
+                ops.cast(self.attention.initial_alignment(memory.values), self.compute_dtype)
+            )
+        return recurrent_states
 
     def call(self, inputs, states, training=None):
         if self._bound is None:

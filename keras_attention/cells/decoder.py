@@ -97,17 +97,13 @@ class AttentionDecoder(keras.layers.Layer):
         )
 
     def call(self, inputs, memory, memory_mask=None, inputs_mask=None, initial_state=None, training=None):
-        batch = ops.shape(inputs)[0]
-        if initial_state is None:
-            initial_state = self.cell.get_initial_state(batch)
-        initial_state = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
-        expected = len(self.cell.state_size)
-        if len(initial_state) != expected:
-            raise ValueError(
-                f"AttentionDecoder: `initial_state` must hold {expected} tensor(s) for "
-                f"{type(self.cell).__name__} (sizes {self.cell.state_size}); got {len(initial_state)}."
-            )
         prepared = self.cell.prepare_memory(memory, memory_mask)
+        if initial_state is None:
+            initial_state = self.cell.get_initial_state(ops.shape(inputs)[0], memory=prepared)
+        else:
+            if not isinstance(initial_state, (list, tuple)):
+                initial_state = [initial_state]
+            initial_state = self.cell.complete_initial_state(initial_state, prepared)
         with self.cell.bind(prepared, with_alignments=self.return_alignments):
             output, *states = self._rnn()(
                 inputs, initial_state=initial_state, mask=inputs_mask, training=training
@@ -118,7 +114,7 @@ class AttentionDecoder(keras.layers.Layer):
             output = output[..., : self.cell.output_size]
         results.append(output)
         if self.return_state:
-            results.extend(states)
+            results.extend(states[: len(self.cell.recurrent_state_size)])
         if self.return_alignments:
             results.append(alignments)
         return results[0] if len(results) == 1 else tuple(results)
@@ -130,7 +126,9 @@ class AttentionDecoder(keras.layers.Layer):
         shape = (batch, target_length, self.cell.output_size) if self.return_sequences else (batch, self.cell.output_size)
         results = [keras.KerasTensor(shape, dtype=self.compute_dtype)]
         if self.return_state:
-            results += [keras.KerasTensor((batch, size), dtype=self.compute_dtype) for size in self.cell.state_size]
+            results += [
+                keras.KerasTensor((batch, size), dtype=self.compute_dtype) for size in self.cell.recurrent_state_size
+            ]
         if self.return_alignments:
             alignment_shape = (batch, target_length, memory.shape[1]) if self.return_sequences else (batch, memory.shape[1])
             results.append(keras.KerasTensor(alignment_shape, dtype=self.compute_dtype))
@@ -140,7 +138,7 @@ class AttentionDecoder(keras.layers.Layer):
         if not self.return_sequences:
             return None
         if self.return_state or self.return_alignments:
-            count = 1 + (len(self.cell.state_size) if self.return_state else 0) + int(self.return_alignments)
+            count = 1 + (len(self.cell.recurrent_state_size) if self.return_state else 0) + int(self.return_alignments)
             return [previous_mask] + [None] * (count - 1)
         return previous_mask
 

@@ -79,9 +79,9 @@ class AttentionGRUCell(WeightSettings, AttentionCell):
         self.bias = self.add_weight(name="bias", shape=(gates,), initializer="zeros")
         self.build_attention(self.units)
 
-    def step(self, inputs, states, memory, training=None):
+    def cell_step(self, inputs, states, attend, training=None):
         previous = ops.cast(states[0], self.compute_dtype)
-        context, alignment = self.attend(previous, memory)
+        context, alignment = attend(previous)
         units = self.units
         from_inputs = (
             ops.matmul(ops.cast(inputs, self.compute_dtype), self.input_kernel)

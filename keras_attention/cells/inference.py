@@ -135,11 +135,13 @@ class InferenceDecoder(keras.layers.Layer):
         # Keras fills `mask` from the memory's Keras mask when the memory is
         # the only tensor argument, and `memory_mask` when there are more.
         memory_mask = mask if memory_mask is None else memory_mask
-        batch = ops.shape(memory)[0]
-        if initial_state is None:
-            initial_state = self.cell.get_initial_state(batch)
-        initial_state = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
         prepared = self.cell.prepare_memory(memory, memory_mask)
+        if initial_state is None:
+            initial_state = self.cell.get_initial_state(ops.shape(memory)[0], memory=prepared)
+        else:
+            if not isinstance(initial_state, (list, tuple)):
+                initial_state = [initial_state]
+            initial_state = self.cell.complete_initial_state(initial_state, prepared)
         if self.method == "beam":
             # Every beam reads its own copy of its example's memory.
             prepared = AttentionMemory(

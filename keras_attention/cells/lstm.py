@@ -81,9 +81,9 @@ class AttentionLSTMCell(WeightSettings, AttentionCell):
         self.bias = self.add_weight(name="bias", shape=(gates,), initializer=forget_bias_one)
         self.build_attention(self.units)
 
-    def step(self, inputs, states, memory, training=None):
+    def cell_step(self, inputs, states, attend, training=None):
         hidden, cell_state = (ops.cast(s, self.compute_dtype) for s in states)
-        context, alignment = self.attend(hidden, memory)
+        context, alignment = attend(hidden)
         gates = (
             ops.matmul(ops.cast(inputs, self.compute_dtype), self.input_kernel)
             + ops.matmul(hidden, self.recurrent_kernel)

@@ -123,7 +123,7 @@ class AttentionWrapper(WeightSettings, AttentionCell):
             )
         self.build_attention(self._cell_output_size)
 
-    def step(self, inputs, states, memory, training=None):
+    def cell_step(self, inputs, states, attend, training=None):
         *cell_states, previous_attention = states
         inputs = ops.cast(inputs, self.compute_dtype)
         if self.input_feeding:
@@ -131,7 +131,7 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         structured = keras.tree.pack_sequence_as(_state_structure(self.cell), cell_states)
         kwargs = {"training": training} if "training" in inspect.signature(self.cell.call).parameters else {}
         cell_output, new_cell_states = self.cell(inputs, structured, **kwargs)
-        context, alignment = self.attend(cell_output, memory)
+        context, alignment = attend(cell_output)
         if self.attention_kernel is None:
             attention = context
         else:
