@@ -22,11 +22,13 @@ from keras_attention.layers import (
     GeneralAttention,
     HardAttention,
     MultiHeadAttention,
+    PointerAttention,
     ScaledDotAttention,
     SelfAttention,
     TargetedAttention,
 )
 from keras_attention.losses import SequenceLoss, sequence_loss
+from keras_attention.models import PointerNetwork
 from keras_attention.ops import masked_softmax, sequence_mask
 from keras_attention.plot import plot_attention
 
@@ -46,6 +48,8 @@ __all__ = [
     "GeneralAttention",
     "HardAttention",
     "MultiHeadAttention",
+    "PointerAttention",
+    "PointerNetwork",
     "ScaledDotAttention",
     "SelfAttention",
     "SequenceLoss",

@@ -7,6 +7,7 @@ from keras_attention.layers.dot import DotAttention, ScaledDotAttention
 from keras_attention.layers.general import GeneralAttention
 from keras_attention.layers.hard import HardAttention
 from keras_attention.layers.multi_head import MultiHeadAttention
+from keras_attention.layers.pointer import PointerAttention
 from keras_attention.layers.pooling import AttentionPooling
 from keras_attention.layers.self_attention import SelfAttention
 from keras_attention.layers.targeted import TargetedAttention
@@ -20,6 +21,7 @@ __all__ = [
     "GeneralAttention",
     "HardAttention",
     "MultiHeadAttention",
+    "PointerAttention",
     "ScaledDotAttention",
     "SelfAttention",
     "TargetedAttention",

@@ -1,5 +1,6 @@
 """Ready-made models built from the library's layers."""
 
 from keras_attention.models.hierarchical import hierarchical_attention_network
+from keras_attention.models.pointer import PointerNetwork
 
-__all__ = ["hierarchical_attention_network"]
+__all__ = ["PointerNetwork", "hierarchical_attention_network"]
