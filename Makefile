@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv clean
+.PHONY: demo test tour venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,14 @@ venv: $(VENV)/.installed-dev
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The main job: train the date translator, evaluate it (greedy and beam),
+# plot its attention.
 demo: $(VENV)/.installed-onnx,plot
-	$(BIN)/python examples/demo.py --out demo_output
+	$(BIN)/python examples/translate_dates.py --jit --out demo_output
+
+# A quick tour: one small model per attention layer, with heat-maps.
+tour: $(VENV)/.installed-onnx,plot
+	$(BIN)/python examples/layer_tour.py --out runs/tour
 
 clean:
-	rm -rf $(VENV) demo_output .pytest_cache
+	rm -rf $(VENV) demo_output runs .pytest_cache

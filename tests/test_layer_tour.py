@@ -1,4 +1,4 @@
-"""The `make demo` script runs end to end at a small size."""
+"""examples/layer_tour.py runs end to end at a small size."""
 
 import json
 import subprocess
@@ -8,9 +8,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_demo_runs_and_reports_every_layer(tmp_path):
+def test_layer_tour_runs_and_reports_every_layer(tmp_path):
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "demo.py"), "--epochs", "1", "--samples", "256", "--out", str(tmp_path)],
+        [sys.executable, str(ROOT / "examples" / "layer_tour.py"), "--epochs", "1", "--samples", "256", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=600,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]

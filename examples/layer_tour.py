@@ -5,14 +5,13 @@ is 1 when the query digit occurs in the sequence. A model can only solve it by
 attending to the matching position, so after training the printed weights of
 one example show where each layer looks.
 
-    python examples/demo.py [--epochs 6] [--samples 4000] [--out demo_output]
+    python examples/layer_tour.py [--epochs 6] [--samples 4000] [--out runs/tour]
 
 For each layer it writes `<out>/<Layer>.png`: the weights of one held-out
 sequence for each of the nine possible query digits (rows), a heat-map in
 which every row should light up where its digit occurs.
 
-This is the interim main job of `make demo`; the date-translation example
-replaces it when the examples land.
+`make tour` runs it; it also drew the README's lookup heat-map.
 """
 
 import argparse
@@ -100,7 +99,7 @@ def main(argv=None):
     parser.add_argument("--samples", type=int, default=4000)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="demo_output")
+    parser.add_argument("--out", default="runs/tour")
     args = parser.parse_args(argv)
 
     keras.utils.set_random_seed(args.seed)

@@ -1,0 +1,107 @@
+"""What every example training shares: options, devices, distribution, callbacks, results.
+
+Each example calls `parse_args` with its own defaults, `setup(args)` to get a
+distribution strategy (and the mixed-precision policy), builds and compiles
+its model inside `strategy.scope()`, trains with `callbacks(args)` (a killed
+run resumes where it stopped), and ends with `write_results`.
+"""
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+
+def parse_args(description, argv=None, **defaults):
+    """The options every example has; `defaults` sets the full-size values.
+
+    `--smoke` switches to `smoke_*` defaults (seconds-long runs for the tests)
+    for whatever the command line does not set.
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--epochs", type=int, help=f"training epochs (default {defaults['epochs']})")
+    parser.add_argument("--batch-size", type=int, help=f"batch size (default {defaults['batch_size']})")
+    parser.add_argument("--samples", type=int, help=f"training examples (default {defaults['samples']})")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the data and the weights")
+    parser.add_argument("--out", default=defaults.get("out", "runs/example"), help="output directory")
+    parser.add_argument("--smoke", action="store_true", help="a seconds-long run (used by the tests)")
+    parser.add_argument(
+        "--distribute",
+        choices=("none", "mirrored", "multiworker"),
+        default="none",
+        help="none; mirrored: every local GPU (or two logical CPUs); multiworker: TF_CONFIG workers",
+    )
+    parser.add_argument("--mixed-precision", action="store_true", help="train in mixed_float16")
+    parser.add_argument("--jit", action="store_true", help="compile training steps with XLA")
+    args = parser.parse_args(argv)
+    prefix = "smoke_" if args.smoke else ""
+    for name in ("epochs", "batch_size", "samples"):
+        if getattr(args, name) is None:
+            setattr(args, name, defaults.get(prefix + name, defaults[name]))
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
+    return args
+
+
+def setup(args):
+    """Seeds, devices, precision and the distribution strategy for `args`."""
+    keras.utils.set_random_seed(args.seed)
+    gpus = tf.config.list_physical_devices("GPU")
+    if args.distribute == "mirrored" and not gpus:
+        # Two logical CPUs let MirroredStrategy run (and be tested) without GPUs.
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+        )
+    if args.mixed_precision:
+        keras.mixed_precision.set_global_policy("mixed_float16")
+    if args.distribute == "mirrored":
+        devices = [d.name for d in tf.config.list_logical_devices("GPU" if gpus else "CPU")]
+        strategy = tf.distribute.MirroredStrategy(devices)
+    elif args.distribute == "multiworker":
+        if "TF_CONFIG" not in os.environ:
+            raise SystemExit(
+                "--distribute multiworker needs TF_CONFIG (the cluster and this worker's "
+                "index); see the README's 'Distributed training' section."
+            )
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    else:
+        strategy = tf.distribute.get_strategy()
+    device = "GPU" if gpus else "CPU"
+    print(
+        f"devices: {len(gpus)} GPU(s); training on {device} with {strategy.num_replicas_in_sync} replica(s); "
+        f"precision {keras.config.dtype_policy().name}; XLA {'on' if args.jit else 'off'}"
+    )
+    os.makedirs(args.out, exist_ok=True)
+    return strategy
+
+
+def callbacks(args):
+    """Resume a killed run where it stopped, and keep the last epoch's model."""
+    return [
+        keras.callbacks.BackupAndRestore(os.path.join(args.out, "backup")),
+        keras.callbacks.ModelCheckpoint(os.path.join(args.out, "checkpoint.keras")),
+    ]
+
+
+class Timer:
+    def __enter__(self):
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.start
+
+
+def write_results(args, results):
+    path = os.path.join(args.out, "results.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(results, f, indent=2, sort_keys=True)
+    os.replace(path + ".tmp", path)
+    print(f"wrote {path}")
+    return path
