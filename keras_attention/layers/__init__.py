@@ -6,6 +6,7 @@ from keras_attention.layers.concat import ConcatAttention
 from keras_attention.layers.dot import DotAttention, ScaledDotAttention
 from keras_attention.layers.general import GeneralAttention
 from keras_attention.layers.hard import HardAttention
+from keras_attention.layers.monotonic import BahdanauMonotonicAttention, LuongMonotonicAttention
 from keras_attention.layers.multi_head import MultiHeadAttention
 from keras_attention.layers.pointer import PointerAttention
 from keras_attention.layers.pooling import AttentionPooling
@@ -15,11 +16,13 @@ from keras_attention.layers.targeted import TargetedAttention
 __all__ = [
     "AdditiveAttention",
     "AttentionPooling",
+    "BahdanauMonotonicAttention",
     "BaseAttention",
     "ConcatAttention",
     "DotAttention",
     "GeneralAttention",
     "HardAttention",
+    "LuongMonotonicAttention",
     "MultiHeadAttention",
     "PointerAttention",
     "ScaledDotAttention",
