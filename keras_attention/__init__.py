@@ -16,17 +16,20 @@ from keras_attention.cells import (
 from keras_attention.layers import (
     AdditiveAttention,
     AttentionPooling,
+    BahdanauMonotonicAttention,
     BaseAttention,
     ConcatAttention,
     DotAttention,
     GeneralAttention,
     HardAttention,
+    LuongMonotonicAttention,
     MultiHeadAttention,
     PointerAttention,
     ScaledDotAttention,
     SelfAttention,
     TargetedAttention,
 )
+from keras_attention.export import export_model
 from keras_attention.losses import SequenceLoss, sequence_loss
 from keras_attention.models import PointerNetwork
 from keras_attention.ops import masked_softmax, sequence_mask
@@ -42,11 +45,13 @@ __all__ = [
     "AttentionWrapper",
     "InferenceDecoder",
     "AttentionPooling",
+    "BahdanauMonotonicAttention",
     "BaseAttention",
     "ConcatAttention",
     "DotAttention",
     "GeneralAttention",
     "HardAttention",
+    "LuongMonotonicAttention",
     "MultiHeadAttention",
     "PointerAttention",
     "PointerNetwork",
@@ -55,6 +60,7 @@ __all__ = [
     "SequenceLoss",
     "TargetedAttention",
     "decoding",
+    "export_model",
     "losses",
     "masked_softmax",
     "models",

@@ -1,0 +1,427 @@
+"""The export library, the export command and ONNX serving: parity, signatures, safety, failures."""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import tensorflow as tf
+from keras import ops
+
+import keras_attention as ka
+from keras_attention import export as export_module
+from keras_attention.export import (
+    ExportError,
+    decode_ids,
+    encode_strings,
+    export_model,
+    load_vocabulary,
+    run_onnx,
+)
+from tests.layer_cases import CASES, keras_model, token_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCABULARY = 9  # ids; 0 pads, 1 starts, 2 ends
+TOY_VOCABULARY = {
+    "source": ["<pad>", "a", "b", "c", "d", "e", "f", "g", "h"],
+    "target": ["<pad>", "<s>", "</s>", "x", "y", "z", "u", "v", "w"],
+    "unknown_token": "h",
+    "start_token": "<s>",
+    "end_token": "</s>",
+}
+
+
+def randomize(model, rng, scale=0.5):
+    for variable in model.trainable_weights:
+        variable.assign(rng.normal(0, scale, variable.shape).astype(variable.dtype))
+
+
+def onnx_session(path):
+    return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def run_script(*args, stdin=None):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run(
+        [sys.executable, *map(str, args)], capture_output=True, text=True, cwd=ROOT, env=env, input=stdin, timeout=300
+    )
+
+
+def small_model(vocabulary=20):
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    memory = keras.layers.Embedding(vocabulary, 8, mask_zero=True)(tokens)
+    pooled = ka.AttentionPooling(6)(memory)
+    return keras.Model(tokens, keras.layers.Dense(3, name="logits")(pooled))
+
+
+# ------------------------------------------------------------ report, parity
+
+
+def test_every_score_layer_exports_with_parity_and_a_report(tmp_path):
+    """One model, one output per score layer of CASES: the report is a layer x format table."""
+    source = keras.Input((None,), dtype="int32", name="source")
+    target = keras.Input((None,), dtype="int32", name="target")
+    value = keras.layers.Embedding(20, 5, mask_zero=True)(source)
+    query = keras.layers.Embedding(20, 4, mask_zero=True)(target)
+    outputs = []
+    for case in CASES:
+        key = keras.layers.Dense(4 if case.same_dims else 3)(value)
+        context = case.make(name=case.id)(query, value, key=key)
+        outputs.append(keras.layers.Dense(2, name=f"{case.id}_logits")(keras.layers.GlobalAveragePooling1D()(context)))
+    model = keras.Model([source, target], outputs)
+    randomize(model, np.random.default_rng(0))
+
+    report = export_model(model, tmp_path / "export")
+
+    assert report.ok
+    names = [f"{case.id}_logits" for case in CASES]
+    for output in names:
+        for format in ("saved_model", "onnx"):
+            assert report.max_abs_diff(format, output) <= 1e-4
+    assert len(report.parity) == 2 * len(CASES)
+    # Three batch sizes and three lengths were verified.
+    shapes = {tuple(b["source"]) for b in report.batches["serving_default"]}
+    assert len({s[0] for s in shapes}) >= 2 and len({s[1] for s in shapes}) >= 2
+    assert report.signatures["serving_default"]["inputs"]["source"] == {"shape": [None, None], "dtype": "int32"}
+
+    directory = tmp_path / "export"
+    assert sorted(p.name for p in directory.iterdir()) == ["model.onnx", "report.json", "saved_model"]
+    assert report.paths["onnx"]["serving_default"] == str(directory / "model.onnx")
+    written = json.loads((directory / "report.json").read_text())
+    assert written == json.loads(report.to_json()) and written["ok"] is True
+    table = report.table()
+    assert "max |diff|" in table and all(name in table for name in names)
+    markdown = report.markdown().splitlines()
+    assert markdown[0] == "| output | saved_model | onnx |" and len(markdown) == 2 + len(CASES)
+    assert all(line.endswith(" ok |") for line in markdown[2:])
+
+    # Named, dynamic inputs and outputs in both artifacts; new shapes run.
+    proto = onnx.load(directory / "model.onnx")
+    assert [i.name for i in proto.graph.input] == ["source", "target"]
+    assert [d.dim_param for d in proto.graph.input[0].type.tensor_type.shape.dim] == ["batch", "source_length"]
+    assert sorted(o.name for o in proto.graph.output) == sorted(names)
+    rng = np.random.default_rng(1)
+    inputs = {"source": token_batch(rng, 5, 13), "target": token_batch(rng, 5, 2)}
+    want = dict(zip(names, [np.asarray(x) for x in model([inputs["source"], inputs["target"]])]))
+    session = onnx_session(directory / "model.onnx")
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs)))
+    restored = tf.saved_model.load(str(directory / "saved_model"))
+    served = restored.signatures["serving_default"](**inputs)
+    for name in names:
+        np.testing.assert_allclose(got[name], want[name], atol=1e-4, err_msg=name)
+        np.testing.assert_allclose(served[name], want[name], atol=1e-4, err_msg=name)
+
+
+# ------------------------------------------------- seq2seq: several signatures
+
+
+@pytest.fixture(scope="module")
+def seq2seq(tmp_path_factory):
+    """A teacher-forced model and greedy and beam decoders sharing its layers, exported once."""
+    keras.utils.set_random_seed(5)
+    source = keras.Input((None,), dtype="int32", name="source")
+    target = keras.Input((None,), dtype="int32", name="target")
+    # A Dense encoder keeps the conversion quick: the decode loops are what is under test.
+    memory = keras.layers.Dense(8, activation="tanh")(keras.layers.Embedding(VOCABULARY, 5, mask_zero=True)(source))
+    cell = ka.AttentionGRUCell(8, ka.AdditiveAttention(6))
+    embedding, output_layer = keras.layers.Embedding(VOCABULARY, 5), keras.layers.Dense(VOCABULARY, name="logits")
+    decoded = ka.AttentionDecoder(cell, name="decoder")(embedding(target), memory)
+    train = keras.Model([source, target], output_layer(decoded))
+    greedy = keras.Model(source, ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, max_length=7, name="greedy")(memory))
+    beam = keras.Model(
+        source,
+        ka.InferenceDecoder(
+            cell, embedding, output_layer, 1, 2, max_length=7, method="beam", beam_width=3, length_penalty_weight=0.6, name="beam"
+        )(memory),
+    )
+    randomize(train, np.random.default_rng(1), scale=1.5)
+    directory = tmp_path_factory.mktemp("seq2seq") / "export"
+    report = export_model(
+        {"serving_default": train, "translate": greedy, "translate_beam": beam}, directory, vocabulary=TOY_VOCABULARY
+    )
+    return dict(train=train, greedy=greedy, beam=beam, directory=directory, report=report)
+
+
+def test_teacher_forced_and_decoding_signatures_match_keras(seq2seq):
+    report, directory = seq2seq["report"], seq2seq["directory"]
+    assert report.ok
+    assert set(report.signatures) == {"serving_default", "translate", "translate_beam"}
+    assert report.signatures["translate"]["inputs"] == {"source": {"shape": [None, None], "dtype": "int32"}}
+    assert set(report.signatures["translate"]["outputs"]) == {"ids", "scores", "lengths", "alignments"}
+    assert set(report.signatures["translate_beam"]["outputs"]) == {"ids", "scores", "lengths", "alignments", "log_probs"}
+    for signature in ("translate", "translate_beam"):
+        for format in ("saved_model", "onnx"):
+            assert report.max_abs_diff(format, "ids", signature) == 0
+            assert report.max_abs_diff(format, "lengths", signature) == 0
+            assert report.max_abs_diff(format, "scores", signature) <= 1e-4
+    assert report.max_abs_diff("onnx", "logits") <= 1e-4
+    assert {p.name for p in directory.iterdir()} == {
+        "saved_model", "model.onnx", "translate.onnx", "translate_beam.onnx", "vocabulary.json", "report.json"
+    }
+
+    # A batch size and source length never traced nor verified: ids still exactly equal.
+    sources = token_batch(np.random.default_rng(3), 6, 12, VOCABULARY, 2)
+    for signature, model in (("translate", seq2seq["greedy"]), ("translate_beam", seq2seq["beam"])):
+        want = {k: np.asarray(v) for k, v in model(sources).items()}
+        assert len(np.unique(want["ids"])) > 2, "random weights should decode varied ids"
+        session = onnx_session(directory / f"{signature}.onnx")
+        got = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"source": sources})))
+        np.testing.assert_array_equal(got["ids"], want["ids"])
+        np.testing.assert_allclose(got["alignments"], want["alignments"], atol=1e-4)
+        restored = tf.saved_model.load(str(directory / "saved_model"))
+        served = restored.signatures[signature](source=tf.constant(sources))
+        np.testing.assert_array_equal(served["ids"], want["ids"])
+
+
+def test_saved_model_cli_lists_the_named_signatures(seq2seq):
+    cli = Path(sys.executable).parent / "saved_model_cli"
+    if not cli.exists():
+        pytest.skip("saved_model_cli is not installed next to this Python")
+    shown = subprocess.run(
+        [str(cli), "show", "--dir", str(seq2seq["directory"] / "saved_model"), "--tag_set", "serve"],
+        capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert shown.returncode == 0, shown.stderr
+    for signature in ("serving_default", "translate", "translate_beam"):
+        assert f'"{signature}"' in shown.stdout
+
+
+def test_run_onnx_tokenises_strings_and_detokenises_ids(seq2seq):
+    directory = seq2seq["directory"]
+    result = run_onnx(directory, {"source": ["abc", "bad", "hello"]}, signature="translate", runs=5, warmup=1)
+    sources = encode_strings(["abc", "bad", "hello"], TOY_VOCABULARY)
+    np.testing.assert_array_equal(sources[2], [8, 5, 8, 8, 8])  # "l" and "o" are unknown: "h"
+    want = np.asarray(seq2seq["greedy"](sources)["ids"])
+    np.testing.assert_array_equal(result["outputs"]["ids"], want)
+    assert result["text"]["ids"] == decode_ids(want, TOY_VOCABULARY)
+    assert set(result["latency_ms"]) == {"p50", "p90", "p99", "mean", "runs"}
+    # One bare list of strings feeds the only input; beam ids detokenise per beam.
+    beams = run_onnx(directory, ["ab"], signature="translate_beam", runs=2, warmup=0)
+    assert len(beams["text"]["ids"]) == 1 and len(beams["text"]["ids"][0]) == 3
+    with pytest.raises(ValueError, match=r"`inputs` has keys \['src'\]; the model expects exactly \['source'\]"):
+        run_onnx(directory, {"src": ["ab"]}, signature="translate")
+    with pytest.raises(FileNotFoundError, match=r"no ONNX file .*nope.onnx.* found \['model.onnx', 'translate.onnx'"):
+        run_onnx(directory, ["ab"], signature="nope")
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(f"export_script_{name}", ROOT / "export" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_serve_onnx_script_prints_outputs_text_and_latency_percentiles(seq2seq, capsys):
+    done = run_script(
+        "export/serve_onnx.py", seq2seq["directory"], "--signature", "translate",
+        "--inputs", json.dumps({"source": ["abc", "ba"]}), "--runs", "20", "--threads", "1",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ids int32 (2, 7)" in done.stdout and "ids as text:" in done.stdout
+    want = decode_ids(seq2seq["greedy"](encode_strings(["abc", "ba"], TOY_VOCABULARY))["ids"], TOY_VOCABULARY)
+    assert json.dumps(want) in done.stdout
+    assert "latency over 20 runs (ms): p50" in done.stdout and "p90" in done.stdout and "p99" in done.stdout
+
+    serve = load_script("serve_onnx")
+    inputs = seq2seq["directory"].parent / "inputs.json"
+    inputs.write_text(json.dumps(["abc"]))
+    assert serve.main([str(seq2seq["directory"]), "--signature", "translate", "--inputs-file", str(inputs), "--runs", "3", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["text"]["ids"] == want[:1] and document["latency_ms"]["runs"] == 3
+    assert serve.main([str(seq2seq["directory"]), "--inputs", "{not json"]) == 1
+    assert "error: --inputs is not valid JSON" in capsys.readouterr().err
+
+
+def test_vocabulary_helpers(tmp_path):
+    ids = encode_strings(["ab", "b", ""], TOY_VOCABULARY)
+    np.testing.assert_array_equal(ids, [[1, 2], [2, 0], [0, 0]])
+    assert decode_ids([[1, 3, 4, 2, 5], [0, 0, 0, 0, 0]], TOY_VOCABULARY) == ["xy", ""]
+    # The dates example's style: ids for start/end, lower-casing, "<unk>" for the rest.
+    (tmp_path / "vocabulary.json").write_text(json.dumps(
+        {"source": ["<pad>", "<unk>", "a", "b"], "target": ["<pad>", "<start>", "<end>", "1", "2"], "lowercase": True, "start": 1, "end": 2}
+    ))
+    dates = load_vocabulary(tmp_path)
+    np.testing.assert_array_equal(encode_strings(["AbZ"], dates), [[2, 3, 1]])
+    assert decode_ids([[1, 3, 4, 2, 3]], dates) == ["12"]
+    (tmp_path / "vocabulary.json").write_text("{")
+    with pytest.raises(ValueError, match=r"vocabulary: '.*vocabulary.json' is not valid JSON"):
+        load_vocabulary(tmp_path)
+    with pytest.raises(ValueError, match=r"character 'z' is not in the source vocabulary"):
+        encode_strings("az", {"source": ["<pad>", "a"]})
+    with pytest.raises(ValueError, match=r"`vocabulary\['end_token'\]` = 'END' is not in the target tokens"):
+        export_model(small_model(), "unused", vocabulary={**TOY_VOCABULARY, "end_token": "END"})
+
+
+class Classifier(keras.Model):
+    """A subclassed model: no symbolic inputs, so export needs an input_signature."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = keras.layers.Embedding(VOCABULARY, 4, mask_zero=True)
+        self.pooling = ka.AttentionPooling(4)
+        self.head = keras.layers.Dense(2)
+
+    def call(self, ids):
+        return self.head(self.pooling(self.embedding(ids)))
+
+
+def test_subclassed_model_with_an_input_signature_and_text_samples(tmp_path):
+    model = Classifier()
+    model(np.ones((1, 3), "int32"))
+    with pytest.raises(ValueError, match=r"`model` is not a functional model, so its inputs are unknown: pass `input_signature`"):
+        export_model(model, tmp_path / "export")
+    report = export_model(
+        model, tmp_path / "export", formats=["onnx"], input_signature={"source": ((None, None), "int32")},
+        vocabulary=TOY_VOCABULARY, sample_inputs=[{"source": ["abc", "a"]}, {"source": ["hhhhhhh"]}],
+    )
+    assert report.ok and report.batches["serving_default"] == [{"source": [2, 3]}, {"source": [1, 7]}]
+    assert [i.name for i in onnx_session(tmp_path / "export" / "model.onnx").get_inputs()] == ["source"]
+
+
+# ------------------------------------------------------------- precision
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_model_is_exported_from_a_float32_copy(policy, tmp_path):
+    keras.config.set_dtype_policy(policy)
+    model = keras_model(CASES[0], 4, 3, 5)
+    keras.config.set_dtype_policy("float32")
+    randomize(model, np.random.default_rng(4))
+
+    report = export_model(model, tmp_path / "export")
+
+    assert report.ok and any(f"dtype policy {policy} -> float32" in note for note in report.notes)
+    assert report.max_abs_diff("onnx", report.parity[0].output) <= 1e-4
+    rng = np.random.default_rng(5)
+    inputs = {"source": token_batch(rng, 3, 6), "target": token_batch(rng, 3, 4)}
+    session = onnx_session(tmp_path / "export" / "model.onnx")
+    (got,) = session.run(None, inputs)
+    assert got.dtype == np.float32
+    # Same weights: close to the low-precision model within its own rounding.
+    np.testing.assert_allclose(got, np.asarray(model([inputs["source"], inputs["target"]]), np.float32), atol=0.05)
+
+
+def test_on_a_gpu_rnn_layers_are_rebuilt_without_cudnn(tmp_path, monkeypatch):
+    """cuDNN LSTM/GRU ops do not convert: with a GPU present the export uses use_cudnn=False copies."""
+    monkeypatch.setattr(export_module, "_gpu_present", lambda: True)
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    states = keras.layers.LSTM(4, return_sequences=True)(keras.layers.Embedding(10, 3, mask_zero=True)(tokens))
+    model = keras.Model(tokens, keras.layers.Dense(2, name="logits")(ka.AttentionPooling(4)(states)))
+    randomize(model, np.random.default_rng(7))
+    report = export_model(model, tmp_path / "export", formats=["onnx"])
+    assert report.ok and any("use_cudnn=False" in note for note in report.notes)
+    assert model.layers[2].use_cudnn == "auto"  # the caller's model is untouched
+
+
+def test_docstring_example_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (example,) = re.findall(r"```python\n(.*?)```", export_model.__doc__.replace("\n    ", "\n"), re.S)
+    exec(compile(example, "<export_model example>", "exec"), {})
+
+
+# ----------------------------------------------------------------- safety
+
+
+def test_existing_directory_is_refused_unless_overwrite(tmp_path):
+    model = small_model()
+    directory = tmp_path / "export"
+    export_model(model, directory, formats=["onnx"])
+    before = (directory / "model.onnx").read_bytes()
+    with pytest.raises(FileExistsError, match=r"already exists and is not empty; pass overwrite=True"):
+        export_model(model, directory)
+    assert (directory / "model.onnx").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+    report = export_model(model, directory, formats=["saved_model"], overwrite=True)
+    assert report.ok and sorted(p.name for p in directory.iterdir()) == ["report.json", "saved_model"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+    # overwrite never deletes a directory that is not an export.
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(FileExistsError, match=r"is not an export directory \(no report.json\)"):
+        export_model(model, tmp_path / "mine", overwrite=True)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+@keras.saving.register_keras_serializable(package="tests_export")
+class FloatArgmax(keras.layers.Layer):
+    """ops.argmax on floats traces to Bitcast/BitwiseAnd, which tf2onnx cannot convert at opset 17."""
+
+    def call(self, x):
+        return ops.argmax(x, axis=-1)
+
+
+def test_an_op_that_does_not_convert_is_named_and_nothing_is_left(tmp_path):
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    logits = keras.layers.Dense(4)(keras.layers.Embedding(10, 3)(tokens))
+    model = keras.Model(tokens, FloatArgmax(name="best")(logits))
+    directory = tmp_path / "new" / "deeper" / "export"
+    with pytest.raises(ExportError, match=r"signature 'serving_default': TensorFlow op\(s\) with no ONNX conversion at opset 17: Bitcast .*ops.top_k"):
+        export_model(model, directory)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_parity_failure_names_the_output_and_nothing_is_left(tmp_path, monkeypatch):
+    # A Keras reference that drifts by 0.5 stands in for a real numerical mismatch.
+    call_keras = export_module._Signature.call_keras
+    monkeypatch.setattr(
+        export_module._Signature, "call_keras", lambda self, arrays: {k: v + 0.5 for k, v in call_keras(self, arrays).items()}
+    )
+    with pytest.raises(ExportError, match=r"onnx signature 'serving_default' output 'logits': max \|diff\| 0.5 \(allowed 0.0001\)") as caught:
+        export_model(small_model(), tmp_path / "export", formats=["onnx"])
+    assert caught.value.report is not None and not caught.value.report.ok
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_corrupt_and_wrong_model_files_give_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"`model`: no such file: '.*missing.keras'"):
+        export_model(tmp_path / "missing.keras", tmp_path / "out")
+    corrupt = tmp_path / "corrupt.keras"
+    corrupt.write_bytes(b"this is not a zip archive")
+    with pytest.raises(ValueError, match=r"`model`: '.*corrupt.keras' could not be loaded as a Keras model \(corrupt"):
+        export_model(corrupt, tmp_path / "out")
+    with pytest.raises(ValueError, match=r"`model\['translate'\]` must be a .keras model file; got '.*weights.h5'"):
+        (tmp_path / "weights.h5").write_bytes(b"")
+        export_model({"serving_default": small_model(), "translate": tmp_path / "weights.h5"}, tmp_path / "out")
+    with pytest.raises(ValueError, match=r"`opset` must be an integer from 13 to 18 .*; got 19"):
+        export_model(small_model(), tmp_path / "out", opset=19)
+    with pytest.raises(ValueError, match=r"`formats` must be a non-empty selection of \('saved_model', 'onnx'\)"):
+        export_model(small_model(), tmp_path / "out", formats=["tflite"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corrupt.keras", "weights.h5"]
+
+
+# -------------------------------------------------------------------- CLI
+
+
+def test_export_command_prints_the_table_and_writes_the_json_report(tmp_path, capsys):
+    model = small_model()
+    randomize(model, np.random.default_rng(6))
+    model.save(tmp_path / "model.keras")
+    done = run_script("export/export_model.py", tmp_path / "model.keras", tmp_path / "out", "--opset", "15", "--report", tmp_path / "r.json")
+    assert done.returncode == 0, done.stderr
+    assert "signature" in done.stdout and "max |diff|" in done.stdout and "onnx" in done.stdout
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["ok"] is True and report["opset"] == 15
+    assert {(row["format"], row["output"]) for row in report["parity"]} == {("saved_model", "logits"), ("onnx", "logits")}
+    assert json.loads((tmp_path / "r.json").read_text()) == report
+
+    # The failure paths, through the same entry point in-process.
+    main = load_script("export_model").main
+    assert main([str(tmp_path / "model.keras"), str(tmp_path / "out")]) == 1
+    assert "already exists and is not empty; pass overwrite=True (--force)" in capsys.readouterr().err
+    (tmp_path / "bad.keras").write_text("garbage")
+    assert main([str(tmp_path / "bad.keras"), str(tmp_path / "other"), "--force"]) == 1
+    assert "could not be loaded as a Keras model" in capsys.readouterr().err
+    assert main([str(tmp_path / "model.keras"), str(tmp_path / "out"), "--force", "--formats", "onnx"]) == 0
+    assert "serving_default  onnx" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["model.onnx", "report.json"]
+    assert not (tmp_path / "other").exists()
