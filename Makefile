@@ -25,9 +25,16 @@ test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The main job: train the date translator, evaluate it (greedy and beam),
-# plot its attention.
+# plot its attention, export it to SavedModel and ONNX with a parity report,
+# and translate a few dates through onnxruntime.
 demo: $(VENV)/.installed-onnx,plot
 	$(BIN)/python examples/translate_dates.py --jit --out demo_output
+	$(BIN)/python export/export_model.py demo_output/dates_trainer.keras demo_output/export --force \
+	    --signature translate=demo_output/dates_greedy.keras \
+	    --signature translate_beam=demo_output/dates_beam.keras \
+	    --vocabulary demo_output/vocabulary.json --sample-inputs demo_output/sample_inputs.json
+	$(BIN)/python export/serve_onnx.py demo_output/export --signature translate \
+	    --inputs '{"source": ["tuesday 3 march 2015", "3/3/15", "Mar 3, 2015", "03.03.2015", "the 1st of may 1999"]}'
 
 # A quick tour: one small model per attention layer, with heat-maps.
 tour: $(VENV)/.installed-onnx,plot

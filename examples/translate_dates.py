@@ -216,6 +216,7 @@ def main(argv=None):
         )
     trainer.save(os.path.join(args.out, "dates_trainer.keras"))
     greedy.save(os.path.join(args.out, "dates_greedy.keras"))
+    beam.save(os.path.join(args.out, "dates_beam.keras"))
 
     texts, answers = [h for h, _ in test], [iso for _, iso in test]
     with common.Timer() as greedy_time:
@@ -231,6 +232,19 @@ def main(argv=None):
     with open(os.path.join(args.out, "vocabulary.json"), "w") as f:
         json.dump({"source": SOURCE_TOKENS, "target": TARGET_TOKENS, "lowercase": True,
                    "start": START, "end": END}, f, indent=1)
+
+    # Real dates for the export's parity check, per signature: the decoders
+    # take date strings (tokenised with vocabulary.json), the teacher-forced
+    # model ids and its shifted targets.
+    decoder_batches = [{"source": texts[:8]}, {"source": texts[8:11]}]
+    target_in, _ = encode_target(answers[:8])
+    samples = {
+        "serving_default": [{"source": encode_source(texts[:8]).tolist(), "target_in": target_in.tolist()}],
+        "translate": decoder_batches,
+        "translate_beam": decoder_batches,
+    }
+    with open(os.path.join(args.out, "sample_inputs.json"), "w") as f:
+        json.dump(samples, f, indent=1)
 
     results = {
         "task": "dates", "samples": args.samples, "epochs": args.epochs, "batch_size": args.batch_size,

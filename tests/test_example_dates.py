@@ -31,7 +31,7 @@ def test_smoke_run_writes_its_outputs(distribute, tmp_path):
     # Chance is 1/13 per character; one smoke epoch learns at least the fixed
     # dashes (measured: 0.20).
     assert results["greedy_character_accuracy"] > 0.12
-    for name in ("dates_trainer.keras", "dates_greedy.keras", "checkpoint.keras", "vocabulary.json", "attention_0.png"):
+    for name in ("dates_trainer.keras", "dates_greedy.keras", "dates_beam.keras", "checkpoint.keras", "vocabulary.json", "sample_inputs.json", "attention_0.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     assert "exact match on 200 held-out dates" in stdout
 
