@@ -10,16 +10,9 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attention._precision import softmax_dtype
+
 __all__ = ["masked_softmax", "sequence_mask"]
-
-
-def _softmax_dtype(dtype):
-    """The dtype the softmax runs in: float32, or float64 for float64 input.
-
-    float16/bfloat16 logits are promoted so that `exp` cannot overflow and
-    the masking constant is representable.
-    """
-    return "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
 
 
 def masked_softmax(scores, mask=None, axis=-1):
@@ -56,7 +49,7 @@ def masked_softmax(scores, mask=None, axis=-1):
     """
     scores = ops.convert_to_tensor(scores)
     out_dtype = scores.dtype
-    work_dtype = _softmax_dtype(out_dtype)
+    work_dtype = softmax_dtype(out_dtype)
     logits = ops.cast(scores, work_dtype)
     if mask is None:
         return ops.cast(ops.softmax(logits, axis=axis), out_dtype)

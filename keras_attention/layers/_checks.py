@@ -11,6 +11,7 @@ __all__ = [
     "check_positive_int",
     "check_choice",
     "check_input_shapes",
+    "check_mask_shape",
     "check_masks",
 ]
 
@@ -76,7 +77,7 @@ def check_input_shapes(layer, query_shape, value_shape, key_shape):
         )
 
 
-def _check_mask_shape(layer, argument, mask, expected, meaning):
+def check_mask_shape(layer, argument, mask, expected, meaning):
     shape = _shape(mask.shape)
     if len(shape) != len(expected) or not all(map(_same, shape, expected)):
         raise ValueError(
@@ -95,13 +96,13 @@ def check_masks(layer, query, value, query_mask, value_mask, attention_mask, cau
             f"got a query of shape {query_shape}."
         )
     if value_mask is not None:
-        _check_mask_shape(layer, "value_mask", value_mask, (batch, length_v), "(batch, Tv)")
+        check_mask_shape(layer, "value_mask", value_mask, (batch, length_v), "(batch, Tv)")
     if query_mask is not None:
         meaning = "(batch,)" if single_query else "(batch, Tq)"
-        _check_mask_shape(layer, "query_mask", query_mask, query_shape[:-1], meaning)
+        check_mask_shape(layer, "query_mask", query_mask, query_shape[:-1], meaning)
     if attention_mask is not None:
         if single_query:
             expected, meaning = (batch, length_v), "(batch, Tv)"
         else:
             expected, meaning = (batch, query_shape[1], length_v), "(batch, Tq, Tv)"
-        _check_mask_shape(layer, "attention_mask", attention_mask, expected, meaning)
+        check_mask_shape(layer, "attention_mask", attention_mask, expected, meaning)

@@ -18,7 +18,32 @@ from keras import ops
 from keras_attention.layers import _checks
 from keras_attention.ops import masked_softmax
 
-__all__ = ["BaseAttention"]
+__all__ = ["BaseAttention", "combine_masks"]
+
+
+def combine_masks(query, key, query_mask, value_mask, attention_mask, causal):
+    """AND of every mask given, broadcastable to `(B, Tq, Tv)`, or None.
+
+    `query` `(B, Tq, ...)` and `key` `(B, Tv, ...)` give the lengths for the
+    causal part; masks may be None.
+    """
+    parts = []
+    if value_mask is not None:
+        parts.append(ops.expand_dims(ops.cast(value_mask, "bool"), 1))
+    if query_mask is not None:
+        parts.append(ops.expand_dims(ops.cast(query_mask, "bool"), -1))
+    if attention_mask is not None:
+        parts.append(ops.cast(attention_mask, "bool"))
+    if causal:
+        rows = ops.expand_dims(ops.arange(ops.shape(query)[1]), 1)
+        cols = ops.expand_dims(ops.arange(ops.shape(key)[1]), 0)
+        parts.append(ops.expand_dims(ops.greater_equal(rows, cols), 0))
+    if not parts:
+        return None
+    mask = parts[0]
+    for part in parts[1:]:
+        mask = ops.logical_and(mask, part)
+    return mask
 
 
 class BaseAttention(keras.layers.Layer):
@@ -154,7 +179,7 @@ class BaseAttention(keras.layers.Layer):
             if attention_mask is not None:
                 attention_mask = ops.expand_dims(attention_mask, 1)
 
-        mask = self._combined_mask(query, key, query_mask, value_mask, attention_mask, causal)
+        mask = combine_masks(query, key, query_mask, value_mask, attention_mask, causal)
         context, weights = self.attend(
             self.project_query(query), self.project_key(key), value, mask, training
         )
@@ -164,27 +189,6 @@ class BaseAttention(keras.layers.Layer):
         if return_attention_scores:
             return context, weights
         return context
-
-    @staticmethod
-    def _combined_mask(query, key, query_mask, value_mask, attention_mask, causal):
-        """AND of every mask given, broadcastable to `(B, Tq, Tv)`, or None."""
-        parts = []
-        if value_mask is not None:
-            parts.append(ops.expand_dims(ops.cast(value_mask, "bool"), 1))
-        if query_mask is not None:
-            parts.append(ops.expand_dims(ops.cast(query_mask, "bool"), -1))
-        if attention_mask is not None:
-            parts.append(ops.cast(attention_mask, "bool"))
-        if causal:
-            rows = ops.expand_dims(ops.arange(ops.shape(query)[1]), 1)
-            cols = ops.expand_dims(ops.arange(ops.shape(key)[1]), 0)
-            parts.append(ops.expand_dims(ops.greater_equal(rows, cols), 0))
-        if not parts:
-            return None
-        mask = parts[0]
-        for part in parts[1:]:
-            mask = ops.logical_and(mask, part)
-        return mask
 
     # ---------------------------------------------------- shapes, masks, config
 

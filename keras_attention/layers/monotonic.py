@@ -15,7 +15,7 @@ from keras_attention.layers import _checks
 from keras_attention.layers.additive import AdditiveAttention
 from keras_attention.layers.dot import dot_scores
 from keras_attention.layers.general import GeneralAttention
-from keras_attention.ops import _softmax_dtype
+from keras_attention._precision import softmax_dtype
 
 __all__ = ["BahdanauMonotonicAttention", "LuongMonotonicAttention", "monotonic_alignment"]
 
@@ -159,7 +159,7 @@ class _Monotonic:
         scores = self.score(projected_query, projected_key)
         # Probability maths in float32 (float64 for float64 layers): a float16
         # product of many (1 - p) underflows within a few dozen positions.
-        work = _softmax_dtype(scores.dtype)
+        work = softmax_dtype(scores.dtype)
         energy = ops.cast(scores, work) + ops.cast(self.score_bias, work)
         if training and self.sigmoid_noise > 0:
             # Raffel et al. add the noise in training only, to push the

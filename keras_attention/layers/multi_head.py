@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
-from keras_attention.layers.base import BaseAttention
+from keras_attention.layers.base import BaseAttention, combine_masks
 from keras_attention.ops import masked_softmax
 
 __all__ = ["MultiHeadAttention"]
@@ -202,7 +202,7 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
         """
         dropping = bool(training) and self.dropout > 0
         if return_attention_scores or dropping:
-            full_mask = BaseAttention._combined_mask(
+            full_mask = combine_masks(
                 projected_query, projected_key, None, None, mask, causal
             )
             scores = ops.einsum("bqhk,bvhk->bhqv", projected_query, projected_key)
@@ -227,7 +227,7 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
             # is zeroed below, but its mask is needed for that.
             full_mask = None
             if mask is not None:
-                full_mask = BaseAttention._combined_mask(
+                full_mask = combine_masks(
                     projected_query, projected_key, None, None, mask, causal
                 )
         output = ops.einsum("bqhk,hko->bqo", heads, self.output_kernel)
@@ -266,7 +266,7 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
                 attention_mask = ops.expand_dims(attention_mask, 1)
         # The causal part goes to `attend` separately so that the fused op can
         # use its own causal kernel rather than a materialised (Tq, Tv) mask.
-        mask = BaseAttention._combined_mask(
+        mask = combine_masks(
             query, key, query_mask, value_mask, attention_mask, False
         )
         output, weights = self.attend(

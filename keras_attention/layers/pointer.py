@@ -145,13 +145,13 @@ class PointerAttention(keras.layers.Layer):
     def _check_masks(self, query_shape, memory_shape, memory_mask, chosen_mask):
         batch, length = memory_shape[0], memory_shape[1]
         if memory_mask is not None:
-            _checks._check_mask_shape(self, "memory_mask", memory_mask, (batch, length), "(batch, Ts)")
+            _checks.check_mask_shape(self, "memory_mask", memory_mask, (batch, length), "(batch, Ts)")
         if chosen_mask is not None:
             if len(query_shape) == 2:
                 expected, meaning = (batch, length), "(batch, Ts)"
             else:
                 expected, meaning = (batch, query_shape[1], length), "(batch, Tq, Ts)"
-            _checks._check_mask_shape(self, "chosen_mask", chosen_mask, expected, meaning)
+            _checks.check_mask_shape(self, "chosen_mask", chosen_mask, expected, meaning)
 
     # ----------------------------------------------------------------- build
 

@@ -140,7 +140,7 @@ class AttentionPooling(WeightSettings, BaseAttention):
     def call(self, inputs, mask=None, return_attention_scores=False, training=None):
         batch, length, _ = self._check_inputs(inputs.shape)
         if mask is not None:
-            _checks._check_mask_shape(self, "mask", mask, (batch, length), "(batch, T)")
+            _checks.check_mask_shape(self, "mask", mask, (batch, length), "(batch, T)")
             mask = ops.expand_dims(ops.cast(mask, "bool"), 1)  # one query: (B, 1, T)
         inputs = ops.cast(inputs, self.compute_dtype)
         query = self._learned_query(ops.shape(inputs)[0], 1)  # one query per example

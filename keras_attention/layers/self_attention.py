@@ -6,11 +6,12 @@ from keras import ops
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.additive import AdditiveAttention
-from keras_attention.layers.base import BaseAttention
+from keras_attention.layers.base import BaseAttention, combine_masks
 from keras_attention.layers.dot import DotAttention, ScaledDotAttention
 from keras_attention.layers.general import GeneralAttention
 from keras_attention.layers.hard import HardAttention
-from keras_attention.ops import _softmax_dtype, masked_softmax
+from keras_attention._precision import softmax_dtype
+from keras_attention.ops import masked_softmax
 
 __all__ = ["SelfAttention"]
 
@@ -251,9 +252,9 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
     def _check_masks(self, inputs, mask, attention_mask):
         batch, length = _shape(inputs.shape)[:2]
         if mask is not None:
-            _checks._check_mask_shape(self, "mask", mask, (batch, length), "(batch, T)")
+            _checks.check_mask_shape(self, "mask", mask, (batch, length), "(batch, T)")
         if attention_mask is not None:
-            _checks._check_mask_shape(
+            _checks.check_mask_shape(
                 self, "attention_mask", attention_mask, (batch, length, length), "(batch, T, T)"
             )
 
@@ -293,14 +294,14 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
             window = ops.logical_and(ops.cast(attention_mask, "bool"), window)
         elif attention_mask is not None:
             window = attention_mask
-        full_mask = BaseAttention._combined_mask(
+        full_mask = combine_masks(
             query, key, mask, mask, window, self.causal
         )
 
         scores = self.score_layer.score(
             self.score_layer.project_query(query), self.score_layer.project_key(key)
         )
-        work_dtype = _softmax_dtype(self.compute_dtype)
+        work_dtype = softmax_dtype(self.compute_dtype)
         weights = masked_softmax(ops.cast(scores, work_dtype), full_mask)
         if self.regularization_weight > 0:
             self.add_loss(self._regularization(weights, full_mask))
