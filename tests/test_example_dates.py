@@ -58,3 +58,29 @@ def test_encoding_round_trip():
     assert decoder_inputs[0, 0] == translate_dates.START and targets[0, -1] == translate_dates.END
     ids = translate_dates.encode_source(["Mar 3, 2015", "3/3/15"])
     assert ids.shape == (2, 11) and (ids[1, 6:] == 0).all()
+
+
+def test_smoke_model_exports_with_its_decoders(tmp_path):
+    """The example's three models export together; decoded ids match exactly."""
+    import keras_attention as ka
+
+    run(tmp_path / "run")
+    out = tmp_path / "run"
+    samples = json.loads((out / "sample_inputs.json").read_text())
+    report = ka.export_model(
+        {
+            "serving_default": str(out / "dates_trainer.keras"),
+            "translate": str(out / "dates_greedy.keras"),
+            "translate_beam": str(out / "dates_beam.keras"),
+        },
+        tmp_path / "export",
+        sample_inputs=samples,
+        vocabulary=str(out / "vocabulary.json"),
+    )
+    assert report.ok
+    for signature in ("translate", "translate_beam"):
+        for fmt in ("saved_model", "onnx"):
+            assert report.max_abs_diff(fmt, "ids", signature) == 0
+    assert report.max_abs_diff("onnx", "readout", "serving_default") <= 1e-4
+    served = ka.export.run_onnx(tmp_path / "export", {"source": ["3/3/15", "Mar 3, 2015"]}, signature="translate", runs=3)
+    assert len(served["text"]["ids"]) == 2 and served["latency_ms"]["p50"] > 0
