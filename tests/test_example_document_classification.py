@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import keras_attention as ka
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,6 +24,9 @@ def test_smoke_run_writes_model_plots_and_metrics(tmp_path):
     assert math.isfinite(results["final_loss"]) and results["final_loss"] > 0
     assert results["test_documents"] == 200 and results["epochs"] == 1
     assert (tmp_path / "han.keras").stat().st_size > 0
+    # The example's model exports to SavedModel and ONNX with parity.
+    report = ka.export_model(str(tmp_path / "han.keras"), tmp_path / "export")
+    assert report.ok and report.max_abs_diff("onnx", "probabilities", "serving_default") <= 1e-4
     for name in ("word_attention.png", "sentence_attention.png"):
         assert (tmp_path / name).read_bytes().startswith(b"\x89PNG"), name
     assert "key sentence hit rate" in completed.stdout

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import keras_attention as ka
+
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("multi_head", "causal", "local", "mean_pooling")
 
@@ -33,6 +35,14 @@ def test_smoke_run_writes_models_plots_and_metrics(tmp_path):
     assert len(results["variants"]["multi_head"]["weight_to_capital_per_head"]) == 4
     assert (tmp_path / "link_detection.png").read_bytes().startswith(b"\x89PNG")
     assert "count MAE" in completed.stdout
+    # The example's models export to SavedModel and ONNX with parity. Its
+    # PositionEmbedding layer is registered by importing the example.
+    sys.path.insert(0, str(ROOT / "examples"))
+    import self_attention_classifier  # noqa: F401
+
+    for variant in ("multi_head", "local"):
+        report = ka.export_model(str(tmp_path / f"{variant}.keras"), tmp_path / f"export_{variant}")
+        assert report.ok, variant
 
 
 def test_generated_counts_match_the_sequences():
