@@ -3,15 +3,13 @@
 import keras
 from keras import ops
 
-from keras_attention.cells.base import AttentionCell
-from keras_attention.layers import _checks
-from keras_attention.layers._weights import WeightSettings
+from keras_attention.cells.gated import GatedAttentionCell
 
 __all__ = ["AttentionGRUCell"]
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class AttentionGRUCell(WeightSettings, AttentionCell):
+class AttentionGRUCell(GatedAttentionCell):
     """GRU decoder cell whose gates also read an attention context.
 
     At step `t'`, with input `y = y_{t'-1}` and state `s = s_{t'-1}`:
@@ -57,27 +55,11 @@ class AttentionGRUCell(WeightSettings, AttentionCell):
     ```
     """
 
-    def __init__(self, units, attention, kernel_initializer="glorot_uniform", kernel_regularizer=None, **kwargs):
-        super().__init__(attention, **kwargs)
-        _checks.check_positive_int(self, "units", units)
-        self.units = units
-        self._set_weight_settings(kernel_initializer, kernel_regularizer)
+    gate_count = 3
 
     @property
     def recurrent_state_size(self):
         return [self.units]
-
-    @property
-    def output_size(self):
-        return self.units + self.memory_dim
-
-    def build_cell(self, input_dim, memory_dim):
-        gates = 3 * self.units
-        self.input_kernel = self._add_kernel("input_kernel", (input_dim, gates))
-        self.recurrent_kernel = self._add_kernel("recurrent_kernel", (self.units, gates))
-        self.context_kernel = self._add_kernel("context_kernel", (memory_dim, gates))
-        self.bias = self.add_weight(name="bias", shape=(gates,), initializer="zeros")
-        self.build_attention(self.units)
 
     def cell_step(self, inputs, states, attend, training=None):
         previous = ops.cast(states[0], self.compute_dtype)
@@ -95,8 +77,3 @@ class AttentionGRUCell(WeightSettings, AttentionCell):
         candidate = ops.tanh(from_inputs[:, 2 * units :] + ops.matmul(reset * previous, recurrent[:, 2 * units :]))
         state = update * previous + (1.0 - update) * candidate
         return ops.concatenate([state, context], axis=-1), [state], alignment
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"units": self.units, **self._weight_settings_config()})
-        return config

@@ -3,15 +3,13 @@
 import keras
 from keras import ops
 
-from keras_attention.cells.base import AttentionCell
-from keras_attention.layers import _checks
-from keras_attention.layers._weights import WeightSettings
+from keras_attention.cells.gated import GatedAttentionCell
 
 __all__ = ["AttentionLSTMCell"]
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class AttentionLSTMCell(WeightSettings, AttentionCell):
+class AttentionLSTMCell(GatedAttentionCell):
     """LSTM decoder cell whose gates all read an attention context.
 
     At each step, with input `x`, hidden state `h = h_{t-1}` and cell state
@@ -54,32 +52,19 @@ class AttentionLSTMCell(WeightSettings, AttentionCell):
     ```
     """
 
-    def __init__(self, units, attention, kernel_initializer="glorot_uniform", kernel_regularizer=None, **kwargs):
-        super().__init__(attention, **kwargs)
-        _checks.check_positive_int(self, "units", units)
-        self.units = units
-        self._set_weight_settings(kernel_initializer, kernel_regularizer)
+    gate_count = 4
 
     @property
     def recurrent_state_size(self):
         return [self.units, self.units]
 
-    @property
-    def output_size(self):
-        return self.units + self.memory_dim
-
-    def build_cell(self, input_dim, memory_dim):
-        gates = 4 * self.units
-        self.input_kernel = self._add_kernel("input_kernel", (input_dim, gates))
-        self.recurrent_kernel = self._add_kernel("recurrent_kernel", (self.units, gates))
-        self.context_kernel = self._add_kernel("context_kernel", (memory_dim, gates))
+    def bias_initializer(self):
         units = self.units
 
         def forget_bias_one(shape, dtype=None):
             return ops.concatenate([ops.zeros((units,)), ops.ones((units,)), ops.zeros((2 * units,))])
 
-        self.bias = self.add_weight(name="bias", shape=(gates,), initializer=forget_bias_one)
-        self.build_attention(self.units)
+        return forget_bias_one
 
     def cell_step(self, inputs, states, attend, training=None):
         hidden, cell_state = (ops.cast(s, self.compute_dtype) for s in states)
@@ -98,8 +83,3 @@ class AttentionLSTMCell(WeightSettings, AttentionCell):
         cell_state = forget_gate * cell_state + input_gate * candidate
         hidden = output_gate * ops.tanh(cell_state)
         return ops.concatenate([hidden, context], axis=-1), [hidden, cell_state], alignment
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"units": self.units, **self._weight_settings_config()})
-        return config
