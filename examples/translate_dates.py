@@ -158,7 +158,9 @@ def translate(model, texts, batch_size=500):
     results, alignments = [], []
     for start in range(0, len(texts), batch_size):
         batch = encode_source(texts[start : start + batch_size])
-        output = model.predict_on_batch(batch)
+        # predict, not predict_on_batch: under MirroredStrategy the latter
+        # runs the whole batch on every replica and returns it once per replica.
+        output = model.predict(batch, batch_size=len(batch), verbose=0)
         ids, align, lengths = (np.asarray(output[k]) for k in ("ids", "alignments", "lengths"))
         if ids.ndim == 3:  # beam search: keep the best beam
             ids, align, lengths = ids[:, 0], align[:, 0], lengths[:, 0]
