@@ -125,6 +125,8 @@ class SequenceLoss(keras.losses.Loss):
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         if sample_weight is None:
+            # Keras 3 has no public accessor for a tensor's mask; its own
+            # Loss.__call__ reads this same attribute.
             sample_weight = getattr(y_pred, "_keras_mask", None)
         return sequence_loss(
             y_pred,
