@@ -9,15 +9,28 @@ from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.base import BaseAttention
 
-__all__ = ["AdditiveAttention", "additive_score"]
+__all__ = ["AdditiveAttention", "additive_score", "AUTO_CHUNK_BYTES"]
+
+# The "auto" query chunk keeps one `(B, chunk, Tv, units)` block of the
+# additive score under this many bytes (at least one query per chunk).
+AUTO_CHUNK_BYTES = 64 * 2**20
+
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
-def additive_score(projected_query, projected_key, vector, activation=ops.tanh):
-    """`e[b, i, j] = vector . activation(pq[b, i] + pk[b, j])`.
+def check_chunk_size(layer, chunk_size):
+    """`chunk_size` must be "auto", None or a positive integer."""
+    if chunk_size is None or (isinstance(chunk_size, str) and chunk_size == "auto"):
+        return chunk_size
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+        raise ValueError(
+            f"{type(layer).__name__}: `chunk_size` must be \"auto\", None or a "
+            f"positive integer; got {chunk_size!r}."
+        )
+    return chunk_size
 
-    The score of both Bahdanau's additive and Luong's concat attention once
-    the query and key have been projected to the same `units` space.
-    """
+
+def _dense_score(projected_query, projected_key, vector, activation):
     hidden = activation(
         ops.expand_dims(projected_query, 2) + ops.expand_dims(projected_key, 1)
     )  # (B, Tq, Tv, units)
@@ -25,6 +38,79 @@ def additive_score(projected_query, projected_key, vector, activation=ops.tanh):
     # lowers to a tensordot whose dynamic reshapes XLA cannot compile inside
     # a decoder's loop gradient.
     return ops.sum(hidden * vector, axis=-1)
+
+
+def _queries_per_chunk(chunk_size, projected_query, projected_key):
+    """Queries per block: None (no chunking), a Python int, or (when the
+    batch, key length or units are unknown until run time) a scalar tensor."""
+    if chunk_size != "auto":
+        return chunk_size
+    itemsize = _ITEMSIZE.get(keras.backend.standardize_dtype(projected_query.dtype), 4)
+    sizes = (projected_query.shape[0], projected_key.shape[1], projected_key.shape[-1])
+    if all(size is not None for size in sizes):
+        batch, key_length, units = (int(size) for size in sizes)
+        return max(1, AUTO_CHUNK_BYTES // (itemsize * batch * key_length * units))
+    # Successive floor divisions: floor(floor(a / b) / c) == floor(a / (b c)),
+    # without forming the (possibly int32-overflowing) product.
+    rows = AUTO_CHUNK_BYTES // itemsize
+    for size in (ops.shape(projected_query)[0], ops.shape(projected_key)[1], ops.shape(projected_key)[-1]):
+        rows = rows // size
+    return ops.maximum(rows, 1)
+
+
+def _chunked_score(projected_query, projected_key, vector, activation, rows):
+    """The score computed `rows` queries at a time (the last chunk padded).
+
+    `ops.map` (a TensorFlow `map_fn`: a while loop that XLA compiles and
+    tf2onnx exports as an ONNX Loop) runs one chunk per iteration; each chunk
+    is rematerialised (`keras.remat`), so training keeps only the chunk's
+    inputs for the backward pass and recomputes its `(B, rows, Tv, units)`
+    block there, one chunk at a time.
+    """
+    shape = ops.shape(projected_query)
+    batch, query_length, units = shape[0], shape[1], shape[2]
+    count = (query_length + rows - 1) // rows
+    padded = ops.pad(projected_query, [[0, 0], [0, count * rows - query_length], [0, 0]])
+    chunks = ops.transpose(ops.reshape(padded, (batch, count, rows, units)), (1, 0, 2, 3))
+    block = keras.remat(lambda query, key, vec: _dense_score(query, key, vec, activation))
+    scores = ops.map(lambda query: block(query, projected_key, vector), chunks)  # (n, B, rows, Tv)
+    scores = ops.reshape(ops.transpose(scores, (1, 0, 2, 3)), (batch, count * rows, -1))
+    scores = scores[:, :query_length]
+    if projected_query.shape[1] is not None:
+        # Keep a static query length static (slicing an unknown axis loses it).
+        scores = ops.reshape(scores, (batch, projected_query.shape[1], ops.shape(projected_key)[1]))
+    return scores
+
+
+def additive_score(projected_query, projected_key, vector, activation=ops.tanh, chunk_size=None):
+    """`e[b, i, j] = vector . activation(pq[b, i] + pk[b, j])`.
+
+    The score of both Bahdanau's additive and Luong's concat attention once
+    the query and key have been projected to the same `units` space.
+
+    The direct form builds a `(B, Tq, Tv, units)` intermediate. With
+    `chunk_size` it is built for at most that many queries at a time (the
+    result is the same): an integer, or "auto" for as many queries as keep
+    one block under `AUTO_CHUNK_BYTES` (64 MiB). Inputs with no more queries
+    than one chunk (a decoder's single query, say) take the direct form.
+    """
+    vector = ops.cast(ops.convert_to_tensor(vector), projected_query.dtype)
+    rows = _queries_per_chunk(chunk_size, projected_query, projected_key)
+    if rows is None:
+        return _dense_score(projected_query, projected_key, vector, activation)
+    query_length = projected_query.shape[1]
+    if query_length == 1:  # a decoder's step: nothing to chunk
+        return _dense_score(projected_query, projected_key, vector, activation)
+    if isinstance(rows, int):
+        if query_length is not None and query_length <= rows:
+            return _dense_score(projected_query, projected_key, vector, activation)
+        return _chunked_score(projected_query, projected_key, vector, activation, rows)
+    # "auto" with shapes known only at run time: decide there.
+    return ops.cond(
+        rows >= ops.shape(projected_query)[1],
+        lambda: _dense_score(projected_query, projected_key, vector, activation),
+        lambda: _chunked_score(projected_query, projected_key, vector, activation, rows),
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -63,6 +149,13 @@ class AdditiveAttention(WeightSettings, BaseAttention):
         kernel_initializer, bias_initializer, kernel_regularizer,
         bias_regularizer: as in `keras.layers.Dense`.
         dropout, seed: dropout on the attention weights in training.
+        chunk_size: queries per block of the score's `(B, Tq, Tv, units)`
+            intermediate. "auto" (default) keeps a block under 64 MiB
+            (`AUTO_CHUNK_BYTES`) and computes short inputs in one piece; an
+            integer fixes the chunk; None never chunks. Same result either
+            way; the peak memory of the score is `B * chunk * Tv * units`
+            elements instead of `B * Tq * Tv * units` (also in training:
+            chunks are recomputed in the backward pass).
 
     Example:
 
@@ -87,11 +180,13 @@ class AdditiveAttention(WeightSettings, BaseAttention):
         bias_regularizer=None,
         dropout=0.0,
         seed=None,
+        chunk_size="auto",
         **kwargs,
     ):
         super().__init__(dropout=dropout, seed=seed, **kwargs)
         _checks.check_positive_int(self, "units", units)
         self.units = units
+        self.chunk_size = check_chunk_size(self, chunk_size)
         self.use_bias = bool(use_bias)
         self.normalize = bool(normalize)
         self._set_weight_settings(
@@ -128,7 +223,7 @@ class AdditiveAttention(WeightSettings, BaseAttention):
         vector = ops.convert_to_tensor(self.score_vector)
         if self.normalize:
             vector = self.scale * vector / ops.sqrt(ops.sum(ops.square(vector)))
-        return additive_score(projected_query, projected_key, vector)
+        return additive_score(projected_query, projected_key, vector, chunk_size=self.chunk_size)
 
     def get_config(self):
         config = super().get_config()
@@ -137,6 +232,7 @@ class AdditiveAttention(WeightSettings, BaseAttention):
                 "units": self.units,
                 "use_bias": self.use_bias,
                 "normalize": self.normalize,
+                "chunk_size": self.chunk_size,
                 **self._weight_settings_config(),
             }
         )

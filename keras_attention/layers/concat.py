@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
-from keras_attention.layers.additive import additive_score
+from keras_attention.layers.additive import additive_score, check_chunk_size
 from keras_attention.layers.base import BaseAttention
 
 __all__ = ["ConcatAttention"]
@@ -48,6 +48,10 @@ class ConcatAttention(WeightSettings, BaseAttention):
         activation: `act` (used only with `units`), any Keras activation.
         kernel_initializer, kernel_regularizer: for `W`, `w` and `v`.
         dropout, seed: dropout on the attention weights in training.
+        chunk_size: with `units`, queries per block of the score's
+            `(B, Tq, Tv, units)` intermediate: "auto" (default) keeps a block
+            under 64 MiB, an integer fixes the chunk, None never chunks
+            (see `AdditiveAttention`). Same result either way.
 
     Example:
 
@@ -67,11 +71,13 @@ class ConcatAttention(WeightSettings, BaseAttention):
         kernel_regularizer=None,
         dropout=0.0,
         seed=None,
+        chunk_size="auto",
         **kwargs,
     ):
         super().__init__(dropout=dropout, seed=seed, **kwargs)
         _checks.check_positive_int(self, "units", units, allow_none=True)
         self.units = units
+        self.chunk_size = check_chunk_size(self, chunk_size)
         self.activation = keras.activations.get(activation)
         self._set_weight_settings(kernel_initializer, kernel_regularizer)
 
@@ -105,7 +111,8 @@ class ConcatAttention(WeightSettings, BaseAttention):
             # transpose of a size-1 axis into a reshape with wrong dims.)
             return projected_query + ops.expand_dims(ops.squeeze(projected_key, -1), 1)
         return additive_score(
-            projected_query, projected_key, self.score_vector, self.activation
+            projected_query, projected_key, self.score_vector, self.activation,
+            chunk_size=self.chunk_size,
         )
 
     def get_config(self):
@@ -114,6 +121,7 @@ class ConcatAttention(WeightSettings, BaseAttention):
             {
                 "units": self.units,
                 "activation": keras.activations.serialize(self.activation),
+                "chunk_size": self.chunk_size,
                 **self._weight_settings_config(),
             }
         )
