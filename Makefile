@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 PYTEST_ARGS ?=
 
-.PHONY: demo test tour venv clean
+.PHONY: demo test tour bench venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,14 @@ demo: $(VENV)/.installed-onnx,plot
 # A quick tour: one small model per attention layer, with heat-maps.
 tour: $(VENV)/.installed-onnx,plot
 	$(BIN)/python examples/layer_tour.py --out runs/tour
+
+# Benchmarks against the peers (keras.layers, a plain Keras loop, tfa.seq2seq
+# in its own environment: benchmarks/peers/.venv-tfa, built on first use);
+# writes benchmarks/results.json and benchmarks/results.md. BENCH_ARGS:
+# e.g. "--only decoder" or "--quick".
+BENCH_ARGS ?=
+bench: $(VENV)/.installed-dev
+	PYTHON=$(PYTHON) $(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) demo_output runs .pytest_cache

@@ -1,0 +1,266 @@
+"""Measure 1: attention-decoder training step (teacher forcing).
+
+The same model on every side: source ids -> Embedding(V, E) -> Dense(units,
+tanh) = memory; target ids -> Embedding(V, E) -> GRU cell with Bahdanau
+attention (attention units = units), input feeding, the context as the
+attention output (tfa's `attention_layer_size=None`) -> Dense(V) -> sparse
+cross-entropy from logits, Adam. One training step on a fixed batch.
+
+Sides:
+- keras_attention: `AttentionDecoder(AttentionWrapper(GRUCell, AdditiveAttention))`,
+  `model.train_on_batch` (Keras's compiled train step), without and with XLA.
+- plain_keras: a `keras.layers.RNN` over a hand-written cell that projects
+  the memory keys inside the step (what a straightforward Keras 3 port does),
+  `model.train_on_batch`.
+- tfa: `tfa.seq2seq.AttentionWrapper(GRUCell, BahdanauAttention)` with
+  `BasicDecoder` + `TrainingSampler` in a `tf.function` train step, in the
+  tensorflow-cpu 2.15.1 + tensorflow-addons 0.23.0 environment, in a worker
+  process (peers/tfa_decoder.py) timed alternately with the others.
+"""
+
+import json
+import os
+
+import numpy as np
+
+import common
+
+FULL = dict(batch=64, source_length=32, target_length=32, embedding=64, units=128, vocabulary=1000)
+QUICK = dict(batch=4, source_length=6, target_length=5, embedding=8, units=16, vocabulary=50)
+TFA_PYTHON = os.path.join(common.HERE, "peers", ".venv-tfa", "bin", "python")
+TFA_BUILD = os.path.join(common.HERE, "peers", "build_tfa_env.sh")
+
+
+def data(cfg, seed=0):
+    rng = np.random.default_rng(seed)
+    b, v = cfg["batch"], cfg["vocabulary"]
+    source = rng.integers(1, v, size=(b, cfg["source_length"])).astype("int32")
+    target_in = rng.integers(1, v, size=(b, cfg["target_length"])).astype("int32")
+    target_out = rng.integers(1, v, size=(b, cfg["target_length"])).astype("int32")
+    return source, target_in, target_out
+
+
+def _compile(model, jit):
+    import keras
+
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=jit,
+    )
+    return model
+
+
+def build_ours(cfg, jit=False):
+    import keras
+
+    import keras_attention as ka
+
+    keras.utils.set_random_seed(0)
+    v, e, u = cfg["vocabulary"], cfg["embedding"], cfg["units"]
+    source = keras.Input((None,), dtype="int32")
+    target_in = keras.Input((None,), dtype="int32")
+    memory = keras.layers.Dense(u, activation="tanh")(keras.layers.Embedding(v, e)(source))
+    cell = ka.AttentionWrapper(keras.layers.GRUCell(u), ka.AdditiveAttention(u))
+    outputs = ka.AttentionDecoder(cell)(keras.layers.Embedding(v, e)(target_in), memory)
+    logits = keras.layers.Dense(v)(outputs)
+    return _compile(keras.Model([source, target_in], logits), jit)
+
+
+def build_plain(cfg, jit=False):
+    """A Keras 3 decoder written the straightforward way: the memory keys
+    are projected inside the step, so at every target position."""
+    import keras
+    from keras import ops
+
+    class NaiveBahdanauCell(keras.layers.Layer):
+        def __init__(self, units, **kwargs):
+            super().__init__(**kwargs)
+            self.units = units
+            self.gru = keras.layers.GRUCell(units)
+            self.query_layer = keras.layers.Dense(units, use_bias=False)
+            self.key_layer = keras.layers.Dense(units, use_bias=False)
+            self.score_layer = keras.layers.Dense(1, use_bias=False)
+            self.memory = None
+            self.state_size = [units, units]
+            self.output_size = units
+
+        def build(self, input_shape):
+            self.gru.build((None, input_shape[-1] + self.units))
+            self.query_layer.build((None, self.units))
+            self.key_layer.build((None, None, self.units))
+            self.score_layer.build((None, None, self.units))
+            self.built = True
+
+        def call(self, inputs, states):
+            state, previous_context = states
+            output, new_states = self.gru(ops.concatenate([inputs, previous_context], -1), [state])
+            keys = self.key_layer(self.memory)  # (B, Ts, units): every step
+            hidden = ops.tanh(ops.expand_dims(self.query_layer(output), 1) + keys)
+            weights = ops.softmax(ops.squeeze(self.score_layer(hidden), -1), axis=-1)
+            context = ops.squeeze(ops.matmul(ops.expand_dims(weights, 1), self.memory), 1)
+            return context, [new_states[0], context]
+
+    class NaiveDecoder(keras.layers.Layer):
+        def __init__(self, units, **kwargs):
+            super().__init__(**kwargs)
+            self.cell = NaiveBahdanauCell(units)
+            self.rnn = keras.layers.RNN(self.cell, return_sequences=True)
+
+        def build(self, inputs_shape, memory_shape):
+            self.rnn.build(inputs_shape)
+            self.built = True
+
+        def call(self, inputs, memory):
+            self.cell.memory = memory
+            return self.rnn(inputs)
+
+        def compute_output_shape(self, inputs_shape, memory_shape):
+            return (*inputs_shape[:2], self.cell.units)
+
+    keras.utils.set_random_seed(0)
+    v, e, u = cfg["vocabulary"], cfg["embedding"], cfg["units"]
+    source = keras.Input((None,), dtype="int32")
+    target_in = keras.Input((None,), dtype="int32")
+    memory = keras.layers.Dense(u, activation="tanh")(keras.layers.Embedding(v, e)(source))
+    outputs = NaiveDecoder(u)(keras.layers.Embedding(v, e)(target_in), memory)
+    logits = keras.layers.Dense(v)(outputs)
+    return _compile(keras.Model([source, target_in], logits), jit)
+
+
+def tfa_status():
+    """(available, reason)."""
+    if os.path.exists(TFA_PYTHON) and os.path.exists(os.path.join(os.path.dirname(os.path.dirname(TFA_PYTHON)), ".complete")):
+        return True, "tfa environment found"
+    return False, f"no tfa environment at {os.path.dirname(os.path.dirname(TFA_PYTHON))} (build it with {TFA_BUILD})"
+
+
+def build_tfa_env(log):
+    import subprocess
+
+    log(f"  building the tfa peer environment ({TFA_BUILD}) ...")
+    subprocess.run(["bash", TFA_BUILD], check=True)
+
+
+def run(quick, log, want_tfa=True, build_tfa=False, repeats=None, profile=None):
+    profile = (not quick) if profile is None else profile
+    cfg = QUICK if quick else FULL
+    repeats = repeats or (2 if quick else 7)
+    number = 1 if quick else 3
+    source, target_in, target_out = data(cfg)
+    x = [source, target_in]
+
+    sides = {}
+    result = {"config": cfg, "steps_per_rep": number, "method": (
+        "train_on_batch (Keras) / tf.function train step (tfa) on one fixed batch; "
+        f"{repeats} alternating rounds after 1 warm-up round, {number} steps per round; median per step"
+    )}
+    peers = {}
+    if want_tfa:
+        available, reason = tfa_status()
+        if not available and build_tfa:
+            build_tfa_env(log)
+            available, reason = tfa_status()
+        if available:
+            log("  starting the tfa workers ...")  # they start up while ours build
+            # (--quick keeps one tfa worker: the suite check, not the figures.)
+            peers = {name: _tfa_worker(cfg, jit) for name, jit in (("tfa", False), ("tfa_xla", True))
+                     if not (quick and jit)}
+        else:
+            result["tfa_skipped"] = reason
+            log(f"  tfa peer skipped: {reason}")
+    else:
+        result["tfa_skipped"] = "not requested"
+    models = {}
+    for name, builder, jit in (
+        ("keras_attention", build_ours, False),
+        ("keras_attention_xla", build_ours, True),
+        ("plain_keras", build_plain, False),
+        ("plain_keras_xla", build_plain, True),
+    ):
+        if quick and name == "plain_keras_xla":
+            continue
+        models[name] = builder(cfg, jit)
+        sides[name] = (lambda m=models[name]: m.train_on_batch(x, target_out))
+    parameters = {name: int(sum(np.prod(w.shape) for w in m.trainable_weights)) for name, m in models.items()}
+
+    for name, peer in peers.items():
+        sides[name] = peer
+        parameters[name] = peer.info.get("parameters")
+        result["tfa_versions"] = peer.info.get("versions")
+    result["parameters"] = parameters
+    try:
+        times = common.alternate(sides, repeats, warmup=1, number=number, log=log)
+    finally:
+        for side in sides.values():
+            if isinstance(side, common.RemoteSide):
+                side.close()
+    result["step_ms"] = {name: common.summary(t) for name, t in times.items()}
+    med = {name: s["median_ms"] for name, s in result["step_ms"].items()}
+    result["speedup"] = {
+        "vs_plain_keras": common.ratio(med["plain_keras"], med["keras_attention"]),
+        "xla_vs_plain_keras": common.ratio(med["plain_keras"], med["keras_attention_xla"]),
+    }
+    if "plain_keras_xla" in med:
+        result["speedup"]["xla_vs_plain_keras_xla"] = common.ratio(med["plain_keras_xla"], med["keras_attention_xla"])
+    if "tfa" in med:
+        result["speedup"]["vs_tfa"] = common.ratio(med["tfa"], med["keras_attention"])
+        result["speedup"]["xla_vs_tfa"] = common.ratio(med["tfa"], med["keras_attention_xla"])
+    if "tfa_xla" in med:
+        result["speedup"]["xla_vs_tfa_xla"] = common.ratio(med["tfa_xla"], med["keras_attention_xla"])
+    flops = train_flops(cfg)
+    result["train_gflop"] = {k: round(v / 1e9, 3) for k, v in flops.items()}
+    result["achieved_gflops"] = {
+        name: round(flops["plain" if name.startswith("plain") else "ours"] / (ms / 1000) / 1e9, 1)
+        for name, ms in med.items()
+    }
+    result["targets"] = {"vs_tfa": 1.5, "vs_plain_keras": 2.0}
+    if profile:
+        result["profile"] = profile_sides(cfg, models, x, target_out, log)
+    return result
+
+
+def _tfa_worker(cfg, jit, extra=()):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
+    env.pop("KERAS_BACKEND", None)
+    argv = [TFA_PYTHON, os.path.join(common.HERE, "peers", "tfa_decoder.py"), json.dumps(dict(cfg, jit=jit)), *extra]
+    return common.RemoteSide(argv, env=env)
+
+
+def train_flops(cfg):
+    """Floating-point operations of one training step (3x the forward's
+    matmul FLOPs: forward, and two products per matmul in the backward).
+    Elementwise work (tanh, softmax, gates) is left out."""
+    b, ts, tt, e, u, v = (cfg[k] for k in ("batch", "source_length", "target_length", "embedding", "units", "vocabulary"))
+    encoder = 2 * b * ts * e * u
+    keys = 2 * b * ts * u * u
+    step = 2 * b * ((e + u) * 3 * u + u * 3 * u)  # GRU on [y ; a_{t-1}]
+    step += 2 * b * u * u + 2 * b * ts * u  # query projection, context
+    readout = 2 * b * tt * u * v
+    ours = 3 * (encoder + keys + tt * step + readout)
+    plain = 3 * (encoder + tt * (keys + step) + readout)
+    return {"ours": ours, "plain": plain}
+
+
+def profile_sides(cfg, models, x, target_out, log):
+    """Op-level profile (TensorFlow profiler) of one training step per side."""
+    out = {}
+    for name in ("keras_attention", "plain_keras", "keras_attention_xla"):
+        model = models[name]
+        out[name] = common.profile_ops(lambda m=model: m.train_on_batch(x, target_out))
+        log(f"  profile {name}: {out[name]['wall_ms_per_step']} ms, {out[name]['ops_per_step']} ops/step")
+    if tfa_status()[0]:
+        import subprocess
+
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
+        env.pop("KERAS_BACKEND", None)
+        proc = subprocess.run(
+            [TFA_PYTHON, os.path.join(common.HERE, "peers", "tfa_decoder.py"), json.dumps(cfg), "--profile"],
+            capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
+        )
+        if proc.returncode == 0:
+            out["tfa"] = json.loads(proc.stdout.strip().splitlines()[-1])
+            log(f"  profile tfa: {out['tfa']['wall_ms_per_step']} ms, {out['tfa']['ops_per_step']} ops/step")
+        else:
+            out["tfa"] = {"error": proc.stderr[-2000:]}
+    return out

@@ -1,0 +1,183 @@
+"""Measure 4: serving one date through the exported dates model.
+
+The dates translator of examples/translate_dates.py (`build_models()`: a
+bidirectional GRU encoder, `AttentionGRUCell` + `AdditiveAttention`, in-graph
+greedy and beam decoders), exported with `keras_attention.export_model` to a
+SavedModel (signatures `translate`, `translate_beam`) and ONNX. Its weights
+are the seeded initial ones, except that the end token's logit bias is
+lowered so that every decode runs the full 11 steps: the amount of work a
+trained model does on a date (10 characters and the end token), without the
+minutes of training.
+
+One date ("tuesday 3 march 2015", batch 1) per call; 200 calls per side
+after warm-up, the sides interleaved call by call; p50 and p99 latency.
+- onnxruntime: `InferenceSession.run` (CPU provider, default threads);
+- saved_model: `tf.saved_model.load(...).signatures["translate"]`;
+- keras_predict: `greedy_model.predict(x)`; keras_call: `greedy_model(x)`
+  inside a `tf.function` (what Keras users without an export run).
+Beam search (width 5) against greedy through onnxruntime and the SavedModel.
+"""
+
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import common
+
+FULL = dict(calls=200, warmup=10, predict_calls=200)
+QUICK = dict(calls=10, warmup=2, predict_calls=5)
+DATE = "tuesday 3 march 2015"
+
+
+def _dates_module():
+    sys.path.insert(0, os.path.join(common.ROOT, "examples"))
+    import translate_dates
+
+    return translate_dates
+
+
+def build(log):
+    import keras
+
+    dates = _dates_module()
+    keras.utils.set_random_seed(0)
+    trainer, greedy, beam = dates.build_models()
+    readout = trainer.get_layer("readout")
+    bias = readout.bias.numpy()
+    bias[dates.END] = -50.0
+    readout.bias.assign(bias)
+    return dates, greedy, beam
+
+
+def run(quick, log):
+    import onnxruntime  # noqa: F401
+    import tensorflow as tf
+
+    import keras_attention as ka
+
+    cfg = QUICK if quick else FULL
+    dates, greedy, beam = build(log)
+    x = dates.encode_source([DATE])
+    with tempfile.TemporaryDirectory() as directory:
+        export_dir = os.path.join(directory, "export")
+        begin = time.perf_counter()
+        ka.export_model({"translate": greedy, "translate_beam": beam}, export_dir, verify=False)
+        export_s = time.perf_counter() - begin
+        log(f"  exported in {export_s:.1f} s")
+        sessions = {
+            name: onnxruntime.InferenceSession(
+                os.path.join(export_dir, f"{name}.onnx"), providers=["CPUExecutionProvider"])
+            for name in ("translate", "translate_beam")
+        }
+        single = onnxruntime.SessionOptions()
+        single.intra_op_num_threads = 1
+        single.inter_op_num_threads = 1
+        sessions["translate_1thread"] = onnxruntime.InferenceSession(
+            os.path.join(export_dir, "translate.onnx"), single, providers=["CPUExecutionProvider"])
+        loaded = tf.saved_model.load(os.path.join(export_dir, "saved_model"))
+        signatures = {name: loaded.signatures[name] for name in ("translate", "translate_beam")}
+        feed = {"source": x}
+        tensor = tf.constant(x)
+        keras_call = tf.function(lambda s: greedy(s))
+
+        def onnx(name):
+            return lambda: sessions[name].run(None, feed)
+
+        def saved(name):
+            return lambda: {k: v.numpy() for k, v in signatures[name](source=tensor).items()}
+
+        # Same ids from every path.
+        ids = {
+            "onnxruntime": sessions["translate"].run(["ids"], feed)[0],
+            "saved_model": signatures["translate"](source=tensor)["ids"].numpy(),
+            "keras": np.asarray(greedy.predict(x, verbose=0)["ids"]),
+        }
+        same_ids = all(np.array_equal(ids["keras"], v) for v in ids.values())
+
+        sides = {
+            "onnxruntime": onnx("translate"),
+            "onnxruntime_1thread": onnx("translate_1thread"),
+            "saved_model": saved("translate"),
+            "keras_call": lambda: {k: v.numpy() for k, v in keras_call(tensor).items()},
+            "onnxruntime_beam5": onnx("translate_beam"),
+            "saved_model_beam5": saved("translate_beam"),
+        }
+        for fn in sides.values():
+            for _ in range(cfg["warmup"]):
+                fn()
+        times = {name: [] for name in sides}
+        for _ in range(cfg["calls"]):
+            for name, fn in sides.items():
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+        # predict is ~100x slower per call: fewer calls, after its warm-up.
+        for _ in range(2):
+            greedy.predict(x, verbose=0)
+        times["keras_predict"] = []
+        for _ in range(cfg["predict_calls"]):
+            start = time.perf_counter()
+            greedy.predict(x, verbose=0)
+            times["keras_predict"].append(time.perf_counter() - start)
+        profile = None
+        if not quick:
+            profile = {
+                "onnxruntime": ort_profile(os.path.join(export_dir, "translate.onnx"), feed),
+                "saved_model": common.profile_ops(saved("translate"), number=20, top=8),
+            }
+
+    latency = {name: common.percentiles(t) for name, t in times.items()}
+    p50 = {name: s["p50_ms"] for name, s in latency.items()}
+    return {
+        "config": {"date": DATE, "steps": dates.TARGET_LENGTH, "beam_width": 5, **cfg},
+        "method": "batch 1, calls interleaved across sides, after warm-up; p50/p99 of per-call wall time",
+        "export_s": round(export_s, 1),
+        "same_ids_all_paths": bool(same_ids),
+        "latency_ms": latency,
+        "onnx_speedup_vs_saved_model_p50": common.ratio(p50["saved_model"], p50["onnxruntime"]),
+        "onnx_1thread_speedup_vs_saved_model_p50": common.ratio(p50["saved_model"], p50["onnxruntime_1thread"]),
+        "profile": profile,
+        "onnx_speedup_vs_keras_predict_p50": common.ratio(p50["keras_predict"], p50["onnxruntime"]),
+        "beam5_over_greedy_p50": {
+            "onnxruntime": common.ratio(p50["onnxruntime_beam5"], p50["onnxruntime"]),
+            "saved_model": common.ratio(p50["saved_model_beam5"], p50["saved_model"]),
+        },
+        "targets": {"onnx_speedup_vs_saved_model": 2.0, "beam5_over_greedy_max": 3.0},
+    }
+
+
+def ort_profile(path, feed, calls=50, top=8):
+    """onnxruntime's own profiler: time per call by node type (ms per call)."""
+    import json
+
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = os.path.join(os.path.dirname(path), "ort_profile")
+    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    for _ in range(calls):
+        session.run(None, feed)
+    with open(session.end_profiling()) as f:
+        events = json.load(f)
+    by_type, runs = {}, []
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            op = event.get("args", {}).get("op_name", "?")
+            entry = by_type.setdefault(op, [0, 0.0])
+            entry[0] += 1
+            entry[1] += event["dur"]
+        elif event.get("cat") == "Session" and event["name"] == "model_run":
+            runs.append(event["dur"])
+    total_us = sum(v[1] for v in by_type.values())
+    rows = sorted(by_type.items(), key=lambda kv: -kv[1][1])
+    return {
+        "model_run_ms": round(float(np.median(runs)) / 1000, 3) if runs else None,
+        "kernel_ms_per_call": round(total_us / calls / 1000, 3),
+        "kernels_per_call": round(sum(v[0] for v in by_type.values()) / calls),
+        "top_op_types": [{"type": k, "count_per_call": round(v[0] / calls), "ms_per_call": round(v[1] / calls / 1000, 3)}
+                         for k, v in rows[:top]],
+    }

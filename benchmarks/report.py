@@ -1,0 +1,196 @@
+"""results.json -> the Markdown table shown by the README (benchmarks/results.md)."""
+
+
+def _fmt(value, digits=1):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _met(value, target, higher=True):
+    if value is None:
+        return "-"
+    ok = value >= target if higher else value <= target
+    return "met" if ok else "**missed**"
+
+
+def _table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _meta(section):
+    meta = section.get("meta", {})
+    load = meta.get("loadavg_before")
+    return f"_({meta.get('seconds', '?')} s; load average before: {load[0] if load else '?'})_"
+
+
+def markdown(results):
+    machine, versions = results["machine"], results["versions"]
+    sections = results["sections"]
+    out = ["# keras-attention benchmarks", ""]
+    if results.get("quick"):
+        out += ["**--quick run: tiny sizes, 2 repetitions. These numbers only show that the suite runs.**", ""]
+    out += [
+        f"- Machine: {machine.get('cpu', '?')}, {machine.get('cpu_count')} cores, "
+        f"{machine.get('memory_gib', '?')} GiB RAM, {machine.get('platform')}",
+        f"- Versions: Python {machine.get('python')}, " + ", ".join(f"{k} {v}" for k, v in versions.items() if v),
+        f"- Date: {machine.get('date')}; command: `{results.get('command')}` (`make bench`)",
+        f"- Load average (1, 5, 15 min) at start {machine.get('loadavg_at_start')}, at end "
+        f"{machine.get('loadavg_at_end')} on {machine.get('cpu_count')} cores: above ~1.5 the machine "
+        "was shared and the timings are noisy (the ratios less so: the sides alternate).",
+        "- Timings are medians after warm-up, the sides of each comparison alternating in one run.",
+        "",
+    ]
+    header_end = len(out)
+    summary = []
+
+    s = sections.get("decoder")
+    if s and "error" not in s:
+        cfg = s["config"]
+        out += [f"## 1. Attention-decoder training step {_meta(s)}", "",
+                f"B={cfg['batch']}, Ts={cfg['source_length']}, Tt={cfg['target_length']}, embedding {cfg['embedding']}, "
+                f"units {cfg['units']}, vocabulary {cfg['vocabulary']}; {s['method']}.", ""]
+        ours = s["step_ms"]["keras_attention"]["median_ms"]
+        rows = []
+        labels = {"keras_attention": "keras-attention (AttentionDecoder + AttentionWrapper)",
+                  "keras_attention_xla": "keras-attention, jit_compile=True",
+                  "plain_keras": "plain Keras RNN, keys projected every step",
+                  "plain_keras_xla": "plain Keras RNN, jit_compile=True",
+                  "tfa": "tfa.seq2seq AttentionWrapper + BasicDecoder (TF 2.15)",
+                  "tfa_xla": "tfa.seq2seq, train step jit_compile=True"}
+        gflops = s.get("achieved_gflops", {})
+        for name, stats in s["step_ms"].items():
+            rows.append([labels.get(name, name), stats["median_ms"], stats["min_ms"], stats["max_ms"],
+                         _fmt(stats["median_ms"] / ours, 2) + "x", gflops.get(name)])
+        out += [_table(["side", "median ms/step", "min", "max", "time / ours", "matmul GFLOP/s"], rows), ""]
+        if "train_gflop" in s:
+            out += [f"Matmul work per training step: {s['train_gflop']['ours']} GFLOP with the keys projected once "
+                    f"(ours, tfa), {s['train_gflop']['plain']} GFLOP projecting them at every step (plain); "
+                    f"trainable parameters: {s.get('parameters')}.", ""]
+        if "profile" in s:
+            prof = s["profile"]
+            rows = []
+            for name, p in prof.items():
+                if "error" in p:
+                    continue
+                top = ", ".join(f"{t['type']} {t['ms_per_step']}" for t in p["top_op_types"][:4])
+                rows.append([name, p["wall_ms_per_step"], p["ops_per_step"], p["mean_us_per_op"], top])
+            out += ["Profile (TensorFlow profiler, op self time):", "",
+                    _table(["side", "ms/step (profiled)", "ops/step", "mean us/op", "top op types (ms/step)"], rows), ""]
+        if "tfa_skipped" in s:
+            out += [f"tfa peer not measured: {s['tfa_skipped']}.", ""]
+        sp = s["speedup"]
+        best_plain = max(sp["vs_plain_keras"], sp["xla_vs_plain_keras"])
+        summary.append(["1. train step vs plain Keras", ">= 2x", f"{_fmt(sp['vs_plain_keras'], 2)}x; ours with XLA "
+                        f"{_fmt(sp['xla_vs_plain_keras'], 2)}x (both XLA: {_fmt(sp.get('xla_vs_plain_keras_xla'), 2)}x)",
+                        _met(best_plain, 2.0)])
+        if "vs_tfa" in sp:
+            best_tfa = max(sp["vs_tfa"], sp["xla_vs_tfa"])
+            summary.append(["1. train step vs tfa.seq2seq", ">= 1.5x", f"{_fmt(sp['vs_tfa'], 2)}x; ours with XLA "
+                            f"{_fmt(sp['xla_vs_tfa'], 2)}x (both XLA: {_fmt(sp.get('xla_vs_tfa_xla'), 2)}x)",
+                            _met(best_tfa, 1.5)])
+        else:
+            summary.append(["1. train step vs tfa.seq2seq", ">= 1.5x", "not measured", "-"])
+
+    s = sections.get("mha")
+    if s and "error" not in s:
+        cfg = s["config"]
+        out += [f"## 2. MultiHeadAttention forward + backward {_meta(s)}", "",
+                f"Self-attention, d_model {cfg['d_model']}, {cfg['num_heads']} heads of {cfg['key_dim']}, "
+                f"B*T = {cfg['tokens']} tokens; {s['method']}.", ""]
+        rows = [[r["T"], r["B"], r["fwd_bwd_ms"]["keras_attention"]["median_ms"], r["fwd_bwd_ms"]["keras"]["median_ms"],
+                 _fmt(r["speedup_vs_keras"], 2) + "x"] for r in s["mha"]]
+        out += [_table(["T", "B", "keras-attention ms", "keras.layers.MultiHeadAttention ms", "speedup"], rows), ""]
+        f = s["scaled_dot_flops"]
+        out += [f"Scaled-dot attention forward at T={f['T']} (N={f['N']} heads x batch, d={f['d_head']}): "
+                f"{f['time_ms']['scaled_dot_attention']['median_ms']:.1f} ms = {f['gflops']['scaled_dot_attention']} GFLOP/s "
+                f"(its two matmuls) against {f['gflops']['matmul']} GFLOP/s for a bare QK^T matmul "
+                f"({f['time_ms']['matmul']['median_ms']:.1f} ms): **{100 * f['fraction_of_matmul_rate']:.0f}%** of the matmul rate"
+                + (f"; {100 * f['fraction_of_two_matmuls_rate']:.0f}% of the rate of the same two matmuls without the softmax "
+                   f"({f['gflops']['two_matmuls']} GFLOP/s)" if "two_matmuls" in f["gflops"] else "") + ".", ""]
+        worst = min(r["speedup_vs_keras"] for r in s["mha"])
+        summary.append(["2. MHA fwd+bwd vs Keras (worst T)", ">= 1.0x", _fmt(worst, 2) + "x", _met(worst, 1.0)])
+        summary.append(["2. scaled-dot FLOP rate / matmul", ">= 50%", f"{100 * f['fraction_of_matmul_rate']:.0f}%",
+                        _met(f["fraction_of_matmul_rate"], 0.5)])
+
+    s = sections.get("memory")
+    if s and "error" not in s:
+        cfg = s["config"]
+        out += [f"## 3. Additive attention peak memory {_meta(s)}", "",
+                f"Tq = Tv = {cfg['length']}, units {cfg['units']}, value size {cfg['value_dim']}. {s['method']}.", ""]
+        rows = [[r["variant"], r["B"], r["peak_mib"], _fmt(r["naive_block_mib"], 0), r["seconds"]] for r in s["rows"]]
+        out += [_table(["variant", "B", "peak MiB", "(B,Tq,Tv,u) block MiB", "seconds"], rows), ""]
+        extrapolated = " (extrapolated from the measured batches)" if s["naive_peak_extrapolated"] else ""
+        out += [f"At B={cfg['batch']}: naive {s['naive_peak_mib_at_B']:.0f} MiB{extrapolated} against "
+                f"{s['ours_peak_mib_at_B']:.0f} MiB chunked: **{s['reduction_at_B']}x** lower. Max |difference| "
+                f"from Keras's AdditiveAttention: {s['max_abs_diff_vs_naive']:.1e}.", ""]
+        if "train" in s:
+            t = s["train"]
+            out += [f"Forward + backward at B={cfg['batch']}: naive {t['naive_peak_mib_at_B_extrapolated']:.0f} MiB "
+                    f"(extrapolated) against {t['ours_peak_mib_at_B']:.0f} MiB: {t['reduction_at_B']}x lower.", ""]
+        summary.append(["3. additive peak memory reduction", ">= 8x", f"{s['reduction_at_B']}x", _met(s["reduction_at_B"], 8.0)])
+        summary.append(["3. same result as naive", "<= 1e-5", f"{s['max_abs_diff_vs_naive']:.1e}",
+                        _met(s["max_abs_diff_vs_naive"], 1e-5, higher=False)])
+
+    s = sections.get("serving")
+    if s and "error" not in s:
+        out += [f"## 4. Serving one date (dates model, greedy) {_meta(s)}", "",
+                f"\"{s['config']['date']}\", {s['config']['steps']} decoder steps; {s['method']}. "
+                f"Same ids on every path: {s['same_ids_all_paths']}.", ""]
+        rows = [[name, v["p50_ms"], v["p99_ms"], v["calls"]] for name, v in s["latency_ms"].items()]
+        out += [_table(["path", "p50 ms", "p99 ms", "calls"], rows), ""]
+        b = s["beam5_over_greedy_p50"]
+        out += [f"onnxruntime is {s['onnx_speedup_vs_saved_model_p50']}x faster than the SavedModel and "
+                f"{s['onnx_speedup_vs_keras_predict_p50']}x faster than `predict` (p50). Beam 5 / greedy: "
+                f"{b['onnxruntime']}x (onnxruntime), {b['saved_model']}x (SavedModel).", ""]
+        if s.get("profile"):
+            ort, tfp = s["profile"]["onnxruntime"], s["profile"]["saved_model"]
+            out += [f"Profile: onnxruntime runs {ort['kernels_per_call']} kernels per call, {ort['kernel_ms_per_call']} ms of "
+                    f"kernel time in a {ort['model_run_ms']} ms run (top: "
+                    + ", ".join(f"{t['type']} {t['ms_per_call']}" for t in ort["top_op_types"][:4])
+                    + f"); the SavedModel runs {tfp['ops_per_step']} TensorFlow ops per call, {tfp['mean_us_per_op']} us each "
+                    f"(top: " + ", ".join(f"{t['type']} {t['ms_per_step']}" for t in tfp["top_op_types"][:4]) + ").", ""]
+        best = max(s["onnx_speedup_vs_saved_model_p50"], s.get("onnx_1thread_speedup_vs_saved_model_p50") or 0)
+        summary.append(["4. onnxruntime vs SavedModel (p50)", ">= 2x", f"{s['onnx_speedup_vs_saved_model_p50']}x "
+                        f"(1 thread: {s.get('onnx_1thread_speedup_vs_saved_model_p50')}x)", _met(best, 2.0)])
+        worst = max(b.values())
+        summary.append(["4. beam 5 / greedy (worst path)", "<= 3x", f"{worst}x", _met(worst, 3.0, higher=False)])
+
+    s = sections.get("scaling")
+    if s and "error" not in s:
+        out += [f"## 5. Decode time against length {_meta(s)}", "", s["method"] + ".", ""]
+        for axis in ("source", "target"):
+            rows = [[r["Ts"], r["Tt"], r["median_ms"]] for r in s[axis]["rows"]]
+            out += [_table(["Ts", "Tt", "median ms"], rows), "",
+                    f"{axis} length: log-log slope {s[axis]['exponent']} over the whole range, "
+                    f"{s[axis]['exponent_upper_half']} over the upper half; fit time = a + b * length^k: "
+                    f"k = {s[axis]['offset_power_fit']['k']}, a = {s[axis]['offset_power_fit']['fixed_ms']} ms "
+                    f"({_fmt(100 * (s[axis]['offset_power_fit']['fixed_share_at_min'] or 0), 0)}% of the shortest).", ""]
+            summary.append([f"5. exponent vs {axis} length", "about 1",
+                            f"slope {s[axis]['exponent']} (upper half {s[axis]['exponent_upper_half']}); "
+                            f"k = {s[axis]['offset_power_fit']['k']} in a + b L^k", "reported"])
+
+    s = sections.get("gpu")
+    if s and "error" not in s:
+        out += [f"## 6. GPU {_meta(s)}", ""]
+        if "skipped" in s:
+            out += [f"Not measured: {s['skipped']}.", ""]
+        else:
+            out += [f"Device: {s['device']}.", ""]
+            rows = [[k, v["median_ms"]] for k, v in s["decoder_step_ms"].items()]
+            out += [_table(["decoder train step", "median ms"], rows), ""]
+            rows = [[r["T"], r["B"], r["fwd_bwd_ms"]["keras_attention"]["median_ms"], r["fwd_bwd_ms"]["keras"]["median_ms"],
+                     _fmt(r["speedup_vs_keras"], 2) + "x"] for r in s["mha"]]
+            out += [_table(["T", "B", "keras-attention MHA ms", "Keras MHA ms", "speedup"], rows), ""]
+
+    for name, s in sections.items():
+        if "error" in s:
+            out += [f"## {name}: failed", "", f"`{s['error']}`", ""]
+
+    if summary:
+        out[header_end:header_end] = ["## Targets", "", _table(["measure", "target", "result", ""], summary), ""]
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,40 @@
+"""The benchmark suite keeps working: `benchmarks/run.py --quick` on every
+measure (tiny sizes; no timing is asserted: benchmarks are not tests)."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TFA_ENV = os.path.join(ROOT, "benchmarks", "peers", ".venv-tfa", ".complete")
+
+
+def test_quick_benchmark_run_writes_every_section(tmp_path):
+    argv = [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--quick", "--out", str(tmp_path)]
+    if not os.path.exists(TFA_ENV):
+        # Building the tfa environment downloads ~600 MB: only `make bench` does it.
+        print("tfa peer skipped: benchmarks/peers/.venv-tfa is not built (make bench builds it)")
+        argv.append("--no-tfa")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    results = json.loads((tmp_path / "results.json").read_text())
+    sections = results["sections"]
+    assert set(sections) == {"decoder", "mha", "memory", "serving", "scaling", "gpu"}
+    for name, section in sections.items():
+        assert "error" not in section, (name, section.get("error"))
+    assert results["quick"] and results["versions"]["tensorflow"]
+    decoder = sections["decoder"]
+    assert {"keras_attention", "keras_attention_xla", "plain_keras"} <= set(decoder["step_ms"])
+    assert ("tfa" in decoder["step_ms"]) == os.path.exists(TFA_ENV)
+    assert len(set(decoder["parameters"].values())) == 1, decoder["parameters"]  # the same model on every side
+    assert sections["memory"]["max_abs_diff_vs_naive"] <= 1e-5
+    assert sections["serving"]["same_ids_all_paths"]
+    assert all(r["speedup_vs_keras"] > 0 for r in sections["mha"]["mha"])
+
+    markdown = (tmp_path / "results.md").read_text()
+    assert markdown.startswith("# keras-attention benchmarks")
+    for heading in ("## Targets", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6."):
+        assert heading in markdown
