@@ -28,6 +28,20 @@ def _meta(section):
     return f"_({meta.get('seconds', '?')} s; load average before: {load[0] if load else '?'})_"
 
 
+def _reruns(sections):
+    """Sections last written by another command (a later `--only` run)."""
+    first = {}
+    for name, s in sections.items():
+        command = s.get("meta", {}).get("command")
+        if command:
+            date, names = first.get(command, (s["meta"].get("date"), []))
+            first[command] = (min(date, s["meta"].get("date")), names + [name])
+    if len(first) <= 1:
+        return ""
+    return "; sections written by: " + "; ".join(
+        f"`{c}` at {d} ({', '.join(n)})" for c, (d, n) in sorted(first.items(), key=lambda kv: kv[1][0]))
+
+
 def markdown(results):
     machine, versions = results["machine"], results["versions"]
     sections = results["sections"]
@@ -38,7 +52,8 @@ def markdown(results):
         f"- Machine: {machine.get('cpu', '?')}, {machine.get('cpu_count')} cores, "
         f"{machine.get('memory_gib', '?')} GiB RAM, {machine.get('platform')}",
         f"- Versions: Python {machine.get('python')}, " + ", ".join(f"{k} {v}" for k, v in versions.items() if v),
-        f"- Date: {machine.get('date')}; command: `{results.get('command')}` (`make bench`)",
+        f"- Date: {machine.get('date')}; command: `{results.get('command')}` (`make bench`)"
+        + _reruns(sections),
         f"- Load average (1, 5, 15 min) at start {machine.get('loadavg_at_start')}, at end "
         f"{machine.get('loadavg_at_end')} on {machine.get('cpu_count')} cores: above ~1.5 the machine "
         "was shared and the timings are noisy (the ratios less so: the sides alternate).",
@@ -149,11 +164,12 @@ def markdown(results):
                 f"{b['onnxruntime']}x (onnxruntime), {b['saved_model']}x (SavedModel).", ""]
         if s.get("profile"):
             ort, tfp = s["profile"]["onnxruntime"], s["profile"]["saved_model"]
-            out += [f"Profile: onnxruntime runs {ort['kernels_per_call']} kernels per call, {ort['kernel_ms_per_call']} ms of "
-                    f"kernel time in a {ort['model_run_ms']} ms run (top: "
+            out += [f"Profile: onnxruntime runs {ort['kernels_per_call']} kernels per call ({ort['kernel_ms_per_call']} ms of "
+                    f"kernel time in a {ort['model_run_ms']} ms profiled run; profiling inflates both; top: "
                     + ", ".join(f"{t['type']} {t['ms_per_call']}" for t in ort["top_op_types"][:4])
-                    + f"); the SavedModel runs {tfp['ops_per_step']} TensorFlow ops per call, {tfp['mean_us_per_op']} us each "
-                    f"(top: " + ", ".join(f"{t['type']} {t['ms_per_step']}" for t in tfp["top_op_types"][:4]) + ").", ""]
+                    + f"); the TensorFlow profiler sees {tfp['ops_per_step']} top-level ops per SavedModel call "
+                    f"({tfp['op_self_time_ms_per_step']} ms of op time in {tfp['wall_ms_per_step']} ms: the rest is the "
+                    "function-call and while-loop machinery).", ""]
         best = max(s["onnx_speedup_vs_saved_model_p50"], s.get("onnx_1thread_speedup_vs_saved_model_p50") or 0)
         summary.append(["4. onnxruntime vs SavedModel (p50)", ">= 2x", f"{s['onnx_speedup_vs_saved_model_p50']}x "
                         f"(1 thread: {s.get('onnx_1thread_speedup_vs_saved_model_p50')}x)", _met(best, 2.0)])

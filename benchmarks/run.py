@@ -126,6 +126,7 @@ def main(argv=None):
             "loadavg_before": load_before,
             "loadavg_after": common.loadavg(),
             "date": common.machine()["date"],
+            "command": command.strip(),
         }
         results["sections"][name] = section
         with open(path, "w") as f:
