@@ -113,6 +113,8 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         cell_input_dim = input_dim + (self.attention_size if self.input_feeding else 0)
         if not self.cell.built:
             self.cell.build((None, cell_input_dim))
+        # Decided once here, not at every step.
+        self._cell_takes_training = "training" in inspect.signature(self.cell.call).parameters
         # Keras cells without an `output_size` output their first state.
         output_size = getattr(self.cell, "output_size", None)
         self._cell_output_size = int(output_size or keras.tree.flatten(_state_structure(self.cell))[0])
@@ -129,7 +131,7 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         if self.input_feeding:
             inputs = ops.concatenate([inputs, ops.cast(previous_attention, inputs.dtype)], axis=-1)
         structured = keras.tree.pack_sequence_as(_state_structure(self.cell), cell_states)
-        kwargs = {"training": training} if "training" in inspect.signature(self.cell.call).parameters else {}
+        kwargs = {"training": training} if self._cell_takes_training else {}
         cell_output, new_cell_states = self.cell(inputs, structured, **kwargs)
         context, alignment = attend(cell_output)
         if self.attention_kernel is None:
