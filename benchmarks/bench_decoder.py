@@ -16,6 +16,17 @@ Sides:
   `BasicDecoder` + `TrainingSampler` in a `tf.function` train step, in the
   tensorflow-cpu 2.15.1 + tensorflow-addons 0.23.0 environment, in a worker
   process (peers/tfa_decoder.py) timed alternately with the others.
+- gru_no_attention: a lower bound, not a competitor: the same model with a
+  bare `keras.layers.GRU` (input width embedding + units, as with input
+  feeding) and no attention at all. Any attention decoder built on a Keras
+  GRU cell costs at least this much.
+
+Ratios are reported per configuration and best against best (each side at
+its faster setting, with or without XLA), which is what a user tuning either
+side would run. A probe at longer sources (Ts = 64, 128; full runs only)
+shows how the ratio to the plain loop changes with Ts: the per-step key
+projection the library saves grows with Ts, but so does the attention's
+`(B, Ts, units)` tanh block that every side computes at every step.
 """
 
 import json
@@ -128,6 +139,28 @@ def build_plain(cfg, jit=False):
     return _compile(keras.Model([source, target_in], logits), jit)
 
 
+def build_gru_floor(cfg, jit=False):
+    """The lower bound: a bare Keras GRU over [y ; mean memory] (the decoder
+    GRU's input width with input feeding), no attention."""
+    import keras
+    from keras import ops
+
+    keras.utils.set_random_seed(0)
+    v, e, u = cfg["vocabulary"], cfg["embedding"], cfg["units"]
+    source = keras.Input((None,), dtype="int32")
+    target_in = keras.Input((None,), dtype="int32")
+    memory = keras.layers.Dense(u, activation="tanh")(keras.layers.Embedding(v, e)(source))
+    embedded = keras.layers.Embedding(v, e)(target_in)
+    summary = keras.layers.Lambda(
+        lambda t: ops.concatenate(
+            [t[0], ops.broadcast_to(ops.mean(t[1], axis=1, keepdims=True), (*ops.shape(t[0])[:2], u))], axis=-1
+        )
+    )([embedded, memory])
+    outputs = keras.layers.GRU(u, return_sequences=True)(summary)
+    logits = keras.layers.Dense(v)(outputs)
+    return _compile(keras.Model([source, target_in], logits), jit)
+
+
 def tfa_status():
     """(available, reason)."""
     if os.path.exists(TFA_PYTHON) and os.path.exists(os.path.join(os.path.dirname(os.path.dirname(TFA_PYTHON)), ".complete")):
@@ -177,8 +210,10 @@ def run(quick, log, want_tfa=True, build_tfa=False, repeats=None, profile=None):
         ("keras_attention_xla", build_ours, True),
         ("plain_keras", build_plain, False),
         ("plain_keras_xla", build_plain, True),
+        ("gru_no_attention", build_gru_floor, False),
+        ("gru_no_attention_xla", build_gru_floor, True),
     ):
-        if quick and name == "plain_keras_xla":
+        if quick and name in ("plain_keras_xla", "gru_no_attention_xla"):
             continue
         models[name] = builder(cfg, jit)
         sides[name] = (lambda m=models[name]: m.train_on_batch(x, target_out))
@@ -208,16 +243,45 @@ def run(quick, log, want_tfa=True, build_tfa=False, repeats=None, profile=None):
         result["speedup"]["xla_vs_tfa"] = common.ratio(med["tfa"], med["keras_attention_xla"])
     if "tfa_xla" in med:
         result["speedup"]["xla_vs_tfa_xla"] = common.ratio(med["tfa_xla"], med["keras_attention_xla"])
+    best = {side: min(v for k, v in med.items() if k in (side, side + "_xla"))
+            for side in ("keras_attention", "plain_keras", "tfa", "gru_no_attention") if side in med}
+    result["best_ms"] = best
+    result["best_vs_best"] = {
+        f"vs_{side}": common.ratio(best[side], best["keras_attention"]) for side in best if side != "keras_attention"
+    }
     flops = train_flops(cfg)
     result["train_gflop"] = {k: round(v / 1e9, 3) for k, v in flops.items()}
     result["achieved_gflops"] = {
         name: round(flops["plain" if name.startswith("plain") else "ours"] / (ms / 1000) / 1e9, 1)
-        for name, ms in med.items()
+        for name, ms in med.items() if not name.startswith("gru")
     }
     result["targets"] = {"vs_tfa": 1.5, "vs_plain_keras": 2.0}
+    if not quick:
+        result["source_length_probe"] = source_length_probe(cfg, log, repeats=max(3, repeats - 2))
     if profile:
         result["profile"] = profile_sides(cfg, models, x, target_out, log)
     return result
+
+
+def source_length_probe(cfg, log, lengths=(64, 128), repeats=5):
+    """Ours (with and without XLA) against the plain loop at longer sources."""
+    rows = []
+    for length in lengths:
+        probe = dict(cfg, source_length=length)
+        source, target_in, target_out = data(probe)
+        x = [source, target_in]
+        models = {"keras_attention": build_ours(probe), "keras_attention_xla": build_ours(probe, True),
+                  "plain_keras": build_plain(probe)}
+        sides = {name: (lambda m=m: m.train_on_batch(x, target_out)) for name, m in models.items()}
+        log(f"  source length {length}:")
+        times = common.alternate(sides, repeats, warmup=1, number=2, log=log)
+        med = {name: common.summary(t)["median_ms"] for name, t in times.items()}
+        rows.append({
+            "source_length": length, "step_ms": med,
+            "vs_plain_keras": common.ratio(med["plain_keras"], med["keras_attention"]),
+            "best_vs_plain_keras": common.ratio(med["plain_keras"], min(med["keras_attention"], med["keras_attention_xla"])),
+        })
+    return rows
 
 
 def _tfa_worker(cfg, jit, extra=()):

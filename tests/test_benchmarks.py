@@ -29,7 +29,11 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     decoder = sections["decoder"]
     assert {"keras_attention", "keras_attention_xla", "plain_keras"} <= set(decoder["step_ms"])
     assert ("tfa" in decoder["step_ms"]) == os.path.exists(TFA_ENV)
-    assert len(set(decoder["parameters"].values())) == 1, decoder["parameters"]  # the same model on every side
+    competitors = {k: v for k, v in decoder["parameters"].items() if not k.startswith("gru_no_attention")}
+    assert len(set(competitors.values())) == 1, decoder["parameters"]  # the same model on every side
+    # The lower bound has the GRU and the readout but no attention weights.
+    assert decoder["parameters"]["gru_no_attention"] < decoder["parameters"]["keras_attention"]
+    assert decoder["best_vs_best"]["vs_plain_keras"] > 0
     assert sections["memory"]["max_abs_diff_vs_naive"] <= 1e-5
     assert sections["serving"]["same_ids_all_paths"]
     assert all(r["speedup_vs_keras"] > 0 for r in sections["mha"]["mha"])
