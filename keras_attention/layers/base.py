@@ -18,7 +18,33 @@ from keras import ops
 from keras_attention.layers import _checks
 from keras_attention.ops import masked_softmax
 
-__all__ = ["BaseAttention", "combine_masks"]
+__all__ = ["BaseAttention", "combine_masks", "prepare_call"]
+
+
+def prepare_call(layer, query, value, key, query_mask, value_mask, attention_mask, causal, causal_in_mask=True):
+    """The common start of an attention layer's `call`.
+
+    Checks the shapes and masks, casts the inputs to the layer's compute
+    dtype, gives a single `(B, dq)` query (and its masks) a time axis of one,
+    and combines the masks (the causal part too, unless `causal_in_mask` is
+    false: a fused kernel may apply it itself). Returns
+    `(query, value, key, mask, single_query)`.
+    """
+    key = value if key is None else key
+    _checks.check_input_shapes(layer, query.shape, value.shape, key.shape)
+    _checks.check_masks(layer, query, value, query_mask, value_mask, attention_mask, causal)
+    single_query = len(query.shape) == 2
+    query, value, key = (ops.cast(x, layer.compute_dtype) for x in (query, value, key))
+    if single_query:
+        query = ops.expand_dims(query, 1)
+        if query_mask is not None:
+            query_mask = ops.expand_dims(query_mask, 1)
+        if attention_mask is not None:
+            attention_mask = ops.expand_dims(attention_mask, 1)
+    mask = combine_masks(
+        query, key, query_mask, value_mask, attention_mask, causal and causal_in_mask
+    )
+    return query, value, key, mask, single_query
 
 
 def combine_masks(query, key, query_mask, value_mask, attention_mask, causal):
@@ -163,23 +189,9 @@ class BaseAttention(keras.layers.Layer):
         return_attention_scores=False,
         training=None,
     ):
-        key = value if key is None else key
-        _checks.check_input_shapes(self, query.shape, value.shape, key.shape)
-        single_query = len(query.shape) == 2
-        _checks.check_masks(
-            self, query, value, query_mask, value_mask, attention_mask, causal
+        query, value, key, mask, single_query = prepare_call(
+            self, query, value, key, query_mask, value_mask, attention_mask, causal
         )
-        query = ops.cast(query, self.compute_dtype)
-        value = ops.cast(value, self.compute_dtype)
-        key = ops.cast(key, self.compute_dtype)
-        if single_query:
-            query = ops.expand_dims(query, 1)
-            if query_mask is not None:
-                query_mask = ops.expand_dims(query_mask, 1)
-            if attention_mask is not None:
-                attention_mask = ops.expand_dims(attention_mask, 1)
-
-        mask = combine_masks(query, key, query_mask, value_mask, attention_mask, causal)
         context, weights = self.attend(
             self.project_query(query), self.project_key(key), value, mask, training
         )
@@ -215,8 +227,12 @@ class BaseAttention(keras.layers.Layer):
         )
         if not return_attention_scores:
             return context
-        weights_shape = (*query.shape[:-1], value.shape[1])
+        weights_shape = self.weights_shape(query.shape, value.shape)
         return context, keras.KerasTensor(weights_shape, dtype=self.compute_dtype)
+
+    def weights_shape(self, query_shape, value_shape):
+        """Shape of the attention weights: `(B, Tq, Tv)`, or `(B, Tv)` for one query."""
+        return (*query_shape[:-1], value_shape[1])
 
     def compute_mask(self, query, previous_mask=None):
         # The context has one row per query, so it inherits the query's mask;

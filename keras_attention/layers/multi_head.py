@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
-from keras_attention.layers.base import BaseAttention, combine_masks
+from keras_attention.layers.base import BaseAttention, combine_masks, prepare_call
 from keras_attention.ops import masked_softmax
 
 __all__ = ["MultiHeadAttention"]
@@ -201,10 +201,11 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
         dropout is active, else None.
         """
         dropping = bool(training) and self.dropout > 0
-        if return_attention_scores or dropping:
-            full_mask = combine_masks(
-                projected_query, projected_key, None, None, mask, causal
-            )
+        explicit = return_attention_scores or dropping
+        full_mask = None
+        if explicit or mask is not None:
+            full_mask = combine_masks(projected_query, projected_key, None, None, mask, causal)
+        if explicit:
             scores = ops.einsum("bqhk,bvhk->bhqv", projected_query, projected_key)
             weights = masked_softmax(
                 scores, None if full_mask is None else ops.expand_dims(full_mask, 1)
@@ -224,19 +225,14 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
                 is_causal=causal,
             )
             # The op spreads a row with no valid position uniformly; the row
-            # is zeroed below, but its mask is needed for that.
-            full_mask = None
-            if mask is not None:
-                full_mask = combine_masks(
-                    projected_query, projected_key, None, None, mask, causal
-                )
+            # is zeroed below.
         output = ops.einsum("bqhk,hko->bqo", heads, self.output_kernel)
         if self.output_bias is not None:
             output = output + self.output_bias
         # A row with no valid position outputs zero, not the output bias: it
         # is padding, and must not leak into pooling or a residual sum. With
         # the causal mask alone every row sees position 0, so none is empty.
-        if full_mask is not None:
+        if mask is not None:
             has_valid = ops.any(full_mask, axis=-1, keepdims=True)
             output = output * ops.cast(has_valid, output.dtype)
         return output, weights
@@ -253,21 +249,11 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
         return_attention_scores=False,
         training=None,
     ):
-        key = value if key is None else key
-        _checks.check_input_shapes(self, query.shape, value.shape, key.shape)
-        _checks.check_masks(self, query, value, query_mask, value_mask, attention_mask, causal)
-        single_query = len(query.shape) == 2
-        query, value, key = (ops.cast(x, self.compute_dtype) for x in (query, value, key))
-        if single_query:
-            query = ops.expand_dims(query, 1)
-            if query_mask is not None:
-                query_mask = ops.expand_dims(query_mask, 1)
-            if attention_mask is not None:
-                attention_mask = ops.expand_dims(attention_mask, 1)
         # The causal part goes to `attend` separately so that the fused op can
         # use its own causal kernel rather than a materialised (Tq, Tv) mask.
-        mask = combine_masks(
-            query, key, query_mask, value_mask, attention_mask, False
+        query, value, key, mask, single_query = prepare_call(
+            self, query, value, key, query_mask, value_mask, attention_mask, causal,
+            causal_in_mask=False,
         )
         output, weights = self.attend(
             self.project_query(query),
@@ -291,28 +277,11 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         return (*query_shape[:-1], self.output_dim or query_shape[-1])
 
-    def compute_output_spec(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        attention_mask=None,
-        causal=False,
-        return_attention_scores=False,
-        training=None,
-    ):
-        key = value if key is None else key
-        _checks.check_input_shapes(self, query.shape, value.shape, key.shape)
-        output = keras.KerasTensor(
-            self.compute_output_shape(query.shape, value.shape, key.shape),
-            dtype=self.compute_dtype,
-        )
-        if not return_attention_scores:
-            return output
-        weights_shape = (query.shape[0], self.num_heads, *query.shape[1:-1], value.shape[1])
-        return output, keras.KerasTensor(weights_shape, dtype=self.compute_dtype)
+    compute_output_spec = BaseAttention.compute_output_spec
+
+    def weights_shape(self, query_shape, value_shape):
+        """`(B, H, Tq, Tv)`, or `(B, H, Tv)` for one query."""
+        return (query_shape[0], self.num_heads, *query_shape[1:-1], value_shape[1])
 
     # One output row per query: the output inherits the query's Keras mask.
     compute_mask = BaseAttention.compute_mask

@@ -4,8 +4,11 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attention._precision import softmax_dtype
 from keras_attention.layers import _checks
+from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.additive import AdditiveAttention
+from keras_attention.layers.base import BaseAttention
 
 __all__ = ["PointerAttention", "logits_dtype", "masked_logit"]
 
@@ -14,9 +17,10 @@ def logits_dtype(compute_dtype):
     """The dtype pointer logits are returned in: float32, or float64 for float64 layers.
 
     float16/bfloat16 logits are promoted so that the masking constant is
-    representable and a softmax or cross-entropy taken on them cannot overflow.
+    representable and a softmax or cross-entropy taken on them cannot overflow
+    (the same rule as the library's attention probabilities).
     """
-    return "float64" if keras.backend.standardize_dtype(compute_dtype) == "float64" else "float32"
+    return softmax_dtype(compute_dtype)
 
 
 def masked_logit(dtype):
@@ -25,7 +29,7 @@ def masked_logit(dtype):
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class PointerAttention(keras.layers.Layer):
+class PointerAttention(WeightSettings, keras.layers.Layer):
     """Pointer attention: a distribution over input positions (Vinyals et al. 2015).
 
     Only the first half of attention: the scores are the output, there is no
@@ -105,10 +109,7 @@ class PointerAttention(keras.layers.Layer):
         _checks.check_positive_int(self, "units", units)
         self.units = units
         self.use_bias = bool(use_bias)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self._set_weight_settings(kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer)
         self.supports_masking = True
         self.additive = AdditiveAttention(
             units,
@@ -217,11 +218,8 @@ class PointerAttention(keras.layers.Layer):
             (*query_shape[:-1], memory_shape[1]), dtype=logits_dtype(self.compute_dtype)
         )
 
-    def compute_mask(self, query, previous_mask=None):
-        # One row of logits per query: a rank-3 query's mask carries over.
-        if previous_mask is None or len(query.shape) != 3:
-            return None
-        return previous_mask
+    # One row of logits per query: a rank-3 query's mask carries over.
+    compute_mask = BaseAttention.compute_mask
 
     def get_config(self):
         config = super().get_config()
@@ -229,10 +227,7 @@ class PointerAttention(keras.layers.Layer):
             {
                 "units": self.units,
                 "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
-                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+                **self._weight_settings_config(),
             }
         )
         return config

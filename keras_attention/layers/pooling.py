@@ -119,7 +119,7 @@ class AttentionPooling(WeightSettings, BaseAttention):
     # ------------------------------------------------------------------ core
 
     def _check_inputs(self, shape):
-        shape = tuple(None if d is None else int(d) for d in shape)
+        shape = _checks._shape(shape)
         if len(shape) != 3:
             raise ValueError(
                 f"{type(self).__name__}: `inputs` must have rank 3 (batch, T, d); "

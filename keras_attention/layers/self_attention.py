@@ -18,10 +18,6 @@ __all__ = ["SelfAttention"]
 _SCORE_NAMES = ("scaled_dot", "dot", "additive", "general")
 
 
-def _shape(shape):
-    return tuple(None if d is None else int(d) for d in shape)
-
-
 @keras.saving.register_keras_serializable(package="keras_attention")
 class SelfAttention(WeightSettings, keras.layers.Layer):
     """Self-attention (Vaswani et al. 2017): one sequence attends to itself.
@@ -198,7 +194,7 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
     # ----------------------------------------------------------------- build
 
     def _check_inputs_shape(self, shape):
-        shape = _shape(shape)
+        shape = _checks._shape(shape)
         if len(shape) != 3:
             raise ValueError(
                 f"SelfAttention: `inputs` must have rank 3 (batch, T, d); got shape {shape}."
@@ -250,7 +246,7 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
         return ops.expand_dims(band, 0)
 
     def _check_masks(self, inputs, mask, attention_mask):
-        batch, length = _shape(inputs.shape)[:2]
+        batch, length = _checks._shape(inputs.shape)[:2]
         if mask is not None:
             _checks.check_mask_shape(self, "mask", mask, (batch, length), "(batch, T)")
         if attention_mask is not None:

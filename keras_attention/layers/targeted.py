@@ -16,10 +16,6 @@ _MODES = ("vanilla", "contextualized", "gated")
 _PARTS = ("whole", "left", "right")
 
 
-def _static(shape):
-    return tuple(None if d is None else int(d) for d in shape)
-
-
 def _concrete(tensor):
     """The tensor's values as a NumPy array when they are known now, else None.
 
@@ -170,7 +166,7 @@ class TargetedAttention(WeightSettings, keras.layers.Layer):
     # ------------------------------------------------------------------ checks
 
     def _check_shapes(self, hidden_shape, target_mask_shape, mask_shape=None):
-        hidden_shape = _static(hidden_shape)
+        hidden_shape = _checks._shape(hidden_shape)
         if len(hidden_shape) != 3:
             raise ValueError(
                 f"TargetedAttention: `hidden` must have rank 3 (batch, T, d); "
@@ -180,9 +176,9 @@ class TargetedAttention(WeightSettings, keras.layers.Layer):
         for argument, shape in (("target_mask", target_mask_shape), ("hidden_mask", mask_shape)):
             if shape is None:
                 continue
-            shape = _static(shape)
+            shape = _checks._shape(shape)
             if len(shape) != 2 or not all(
-                a is None or b is None or a == b for a, b in zip(shape, expected)
+                _checks._same(a, b) for a, b in zip(shape, expected)
             ):
                 raise ValueError(
                     f"TargetedAttention: `{argument}` must have shape (batch, T) = "
