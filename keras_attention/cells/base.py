@@ -30,6 +30,18 @@ computed once per sequence) and `mask (B, Ts)` boolean (or None).
 """
 
 
+def attention_cell(layer, cell):
+    """`cell` (or its config) as an attention cell of this library, for `layer`."""
+    if isinstance(cell, dict):
+        cell = keras.saving.deserialize_keras_object(cell)
+    if not isinstance(cell, AttentionCell):
+        raise ValueError(
+            f"{type(layer).__name__}: `cell` must be an attention cell of this library "
+            f"(AttentionGRUCell, AttentionLSTMCell or AttentionWrapper); got {cell!r}."
+        )
+    return cell
+
+
 def _attention_layer(cell, attention):
     if isinstance(attention, dict):
         attention = keras.saving.deserialize_keras_object(attention)
@@ -165,8 +177,11 @@ class AttentionCell(keras.layers.Layer):
                     f"{type(self).__name__}: with monotonic attention the initial state "
                     "includes the initial alignment; pass `memory=cell.prepare_memory(...)`."
                 )
-            states.append(ops.cast(self.attention.initial_alignment(memory.values), self.compute_dtype))
+            states.append(self._initial_alignment(memory))
         return states
+
+    def _initial_alignment(self, memory):
+        return ops.cast(self.attention.initial_alignment(memory.values), self.compute_dtype)
 
     def complete_initial_state(self, recurrent_states, memory):
         """The cell's full initial state from the user's recurrent states."""
@@ -178,10 +193,18 @@ class AttentionCell(keras.layers.Layer):
                 f"(sizes {self.recurrent_state_size}); got {len(recurrent_states)}."
             )
         if self.is_monotonic:
-            recurrent_states.append(
-                ops.cast(self.attention.initial_alignment(memory.values), self.compute_dtype)
-            )
+            recurrent_states.append(self._initial_alignment(memory))
         return recurrent_states
+
+    def initial_state_for(self, memory, batch_size, initial_state=None):
+        """The states a decoding starts from: zeros when `initial_state` is
+        None, else the user's recurrent state(s) (a tensor or a list),
+        completed as the cell needs."""
+        if initial_state is None:
+            return self.get_initial_state(batch_size, memory=memory)
+        if not isinstance(initial_state, (list, tuple)):
+            initial_state = [initial_state]
+        return self.complete_initial_state(initial_state, memory)
 
     def call(self, inputs, states, training=None):
         if self._bound is None:

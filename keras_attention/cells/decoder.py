@@ -3,20 +3,9 @@
 import keras
 from keras import ops
 
-from keras_attention.cells.base import AttentionCell
+from keras_attention.cells.base import attention_cell
 
 __all__ = ["AttentionDecoder"]
-
-
-def _cell(layer, cell):
-    if isinstance(cell, dict):
-        cell = keras.saving.deserialize_keras_object(cell)
-    if not isinstance(cell, AttentionCell):
-        raise ValueError(
-            f"{type(layer).__name__}: `cell` must be an attention cell of this library "
-            f"(AttentionGRUCell, AttentionLSTMCell or AttentionWrapper); got {cell!r}."
-        )
-    return cell
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -75,7 +64,7 @@ class AttentionDecoder(keras.layers.Layer):
 
     def __init__(self, cell, return_sequences=True, return_state=False, return_alignments=False, **kwargs):
         super().__init__(**kwargs)
-        self.cell = _cell(self, cell)
+        self.cell = attention_cell(self, cell)
         self.return_sequences = bool(return_sequences)
         self.return_state = bool(return_state)
         self.return_alignments = bool(return_alignments)
@@ -104,12 +93,7 @@ class AttentionDecoder(keras.layers.Layer):
 
     def call(self, inputs, memory, memory_mask=None, inputs_mask=None, initial_state=None, training=None):
         prepared = self.cell.prepare_memory(memory, memory_mask)
-        if initial_state is None:
-            initial_state = self.cell.get_initial_state(ops.shape(inputs)[0], memory=prepared)
-        else:
-            if not isinstance(initial_state, (list, tuple)):
-                initial_state = [initial_state]
-            initial_state = self.cell.complete_initial_state(initial_state, prepared)
+        initial_state = self.cell.initial_state_for(prepared, ops.shape(inputs)[0], initial_state)
         with self.cell.bind(prepared, with_alignments=self.return_alignments):
             output, *states = self._rnn()(
                 inputs, initial_state=initial_state, mask=inputs_mask, training=training

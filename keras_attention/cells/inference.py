@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attention.cells.base import AttentionCell, AttentionMemory
+from keras_attention.cells.base import AttentionMemory, attention_cell
 from keras_attention.decoding import beam_search, greedy_search, sampling_search, tile_batch
 from keras_attention.layers import _checks
 
@@ -16,7 +16,7 @@ def _layer(owner, argument, layer):
     if isinstance(layer, dict):
         layer = keras.saving.deserialize_keras_object(layer)
     if not isinstance(layer, keras.layers.Layer):
-        raise ValueError(f"InferenceDecoder: `{argument}` must be a Keras layer; got {layer!r}.")
+        raise ValueError(f"{type(owner).__name__}: `{argument}` must be a Keras layer; got {layer!r}.")
     return layer
 
 
@@ -89,20 +89,13 @@ class InferenceDecoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if isinstance(cell, dict):
-            cell = keras.saving.deserialize_keras_object(cell)
-        if not isinstance(cell, AttentionCell):
-            raise ValueError(
-                "InferenceDecoder: `cell` must be an attention cell of this library "
-                f"(AttentionGRUCell, AttentionLSTMCell or AttentionWrapper); got {cell!r}."
-            )
         _checks.check_choice(self, "method", method, _METHODS)
         for argument, value in (("start_token", start_token), ("end_token", end_token)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"InferenceDecoder: `{argument}` must be an integer id >= 0; got {value!r}.")
         _checks.check_positive_int(self, "max_length", max_length)
         _checks.check_positive_int(self, "beam_width", beam_width)
-        self.cell = cell
+        self.cell = attention_cell(self, cell)
         self.embedding = _layer(self, "embedding", embedding)
         self.output_layer = _layer(self, "output_layer", output_layer)
         self.start_token = start_token
@@ -136,12 +129,7 @@ class InferenceDecoder(keras.layers.Layer):
         # the only tensor argument, and `memory_mask` when there are more.
         memory_mask = mask if memory_mask is None else memory_mask
         prepared = self.cell.prepare_memory(memory, memory_mask)
-        if initial_state is None:
-            initial_state = self.cell.get_initial_state(ops.shape(memory)[0], memory=prepared)
-        else:
-            if not isinstance(initial_state, (list, tuple)):
-                initial_state = [initial_state]
-            initial_state = self.cell.complete_initial_state(initial_state, prepared)
+        initial_state = self.cell.initial_state_for(prepared, ops.shape(memory)[0], initial_state)
         if self.method == "beam":
             # Every beam reads its own copy of its example's memory.
             prepared = AttentionMemory(

@@ -115,9 +115,10 @@ class AttentionWrapper(WeightSettings, AttentionCell):
             self.cell.build((None, cell_input_dim))
         # Decided once here, not at every step.
         self._cell_takes_training = "training" in inspect.signature(self.cell.call).parameters
+        self._cell_state_structure = _state_structure(self.cell)
         # Keras cells without an `output_size` output their first state.
         output_size = getattr(self.cell, "output_size", None)
-        self._cell_output_size = int(output_size or keras.tree.flatten(_state_structure(self.cell))[0])
+        self._cell_output_size = int(output_size or keras.tree.flatten(self._cell_state_structure)[0])
         self.attention_kernel = None
         if self.attention_layer_size:
             self.attention_kernel = self._add_kernel(
@@ -130,7 +131,7 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         inputs = ops.cast(inputs, self.compute_dtype)
         if self.input_feeding:
             inputs = ops.concatenate([inputs, ops.cast(previous_attention, inputs.dtype)], axis=-1)
-        structured = keras.tree.pack_sequence_as(_state_structure(self.cell), cell_states)
+        structured = keras.tree.pack_sequence_as(self._cell_state_structure, cell_states)
         kwargs = {"training": training} if self._cell_takes_training else {}
         cell_output, new_cell_states = self.cell(inputs, structured, **kwargs)
         context, alignment = attend(cell_output)

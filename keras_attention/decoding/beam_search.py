@@ -98,8 +98,8 @@ def beam_search(
         if alignment is not None:
             alignment = ops.reshape(ops.cast(alignment, "float32"), (batch, width, -1))
             alignment = ops.where(ops.expand_dims(finished, -1), 0.0, alignment)
-            coverage = coverage + alignment
-            if coverage_penalty_weight:
+            if coverage is not None:
+                coverage = coverage + alignment
                 attended = ops.greater(coverage, 0.0)
                 penalty = ops.sum(
                     ops.where(attended, ops.log(ops.minimum(ops.where(attended, coverage, 1.0), 1.0)), 0.0), -1
@@ -117,8 +117,9 @@ def beam_search(
         lengths = ops.take_along_axis(lengths, parents, axis=1) + ops.cast(ops.logical_not(parent_finished), "int32")
         finished = ops.logical_or(parent_finished, ops.equal(tokens, end_token))
         ids = _loop.write_at(gather_beams(ids, parents), time, tokens, time_axis=2)
-        if alignment is not None:
+        if coverage is not None:
             coverage = gather_beams(coverage, parents)
+        if alignment is not None:
             alignments = _loop.write_at(gather_beams(alignments, parents), time, gather_beams(alignment, parents), time_axis=2)
         flat_parents = ops.reshape(row_offsets + parents, (-1,))
         state = keras.tree.map_structure(lambda s: ops.take(s, flat_parents, axis=0), state)
@@ -131,7 +132,8 @@ def beam_search(
     if alignment is not None:
         source_length = ops.shape(alignment)[-1]
         alignments = ops.zeros((batch, width, max_length, source_length), "float32")
-        coverage = ops.zeros((batch, width, source_length), "float32")
+        if coverage_penalty_weight:  # the coverage is tracked only to be penalised
+            coverage = ops.zeros((batch, width, source_length), "float32")
     # Only beam 0 is live at the start, so the first expansion is not counted
     # `width` times.
     initial_log_probs = ops.where(ops.equal(ops.arange(width), 0), 0.0, _loop.NEG_INF)
@@ -148,16 +150,17 @@ def beam_search(
         coverage,
     )
     has_alignments = alignment is not None
+    # Which of the carried values exist (alignments, coverage) is fixed for
+    # the whole loop; the loop carries only those.
+    present = [value is not None for value in carried]
 
     def pack(time, values):
-        values = tuple(values)
-        return (time,) + (values if has_alignments else values[:-2])
+        return (time,) + tuple(value for value in values if value is not None)
 
     def unpack(loop_vars):
-        time, *values = loop_vars
-        if not has_alignments:
-            values += [None, None]
-        return time, values
+        time, *kept = loop_vars
+        kept = iter(kept)
+        return time, [next(kept) if exists else None for exists in present]
 
     def cond(time, ids, state, scores, log_probs, finished, *unused):
         return ops.logical_and(ops.less(time, max_length), ops.logical_not(ops.all(finished)))

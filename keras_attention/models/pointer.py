@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_attention.decoding import _loop
 from keras_attention.decoding.beam_search import beam_search
+from keras_attention.decoding.beams import tile_batch
 from keras_attention.decoding.greedy import greedy_search
 from keras_attention.layers import _checks
 from keras_attention.layers.pointer import PointerAttention, logits_dtype
@@ -251,40 +252,46 @@ class PointerNetwork(keras.layers.Layer):
         positions and the encoded memory, so beam search can tile and reorder
         it like any state. The memory's projection is computed here, once.
         """
+        constants, state = self._decoding_start(inputs, mask)
+        return self._step_function(ops.shape(constants["valid"])[1]), {**state, **constants}
+
+    def _decoding_start(self, inputs, mask):
+        """The per-sequence constants (encoded elements, projected keys, valid
+        positions) and the initial recurrent state of a decoding."""
         self._check_shapes(inputs.shape)
         if not self.built:
             self.build(inputs.shape)
         elements, memory, valid, (state_h, state_c) = self._encode(inputs, self._inputs_mask(mask))
-        positions = ops.shape(memory)[1]
+        constants = {"valid": valid, "elements": elements, "keys": self.pointer.project_memory(memory)}
+        state = {"h": state_h, "c": state_c, "chosen": ops.zeros(ops.shape(valid), "bool")}
+        return constants, state
+
+    def _step_function(self, positions, constants=None):
+        """The decoding step over `positions` (Ts + 1) positions; it reads the
+        constants from its state unless they are given (then the loop need
+        not carry, nor beam search reorder, them at every step)."""
         indices = ops.arange(positions, dtype="int32")
         mask_chosen = self.mask_chosen
         cell = self.decoder.cell
         pointer = self.pointer
 
         def step_fn(ids, state):
+            given = state if constants is None else constants
             ids = ops.cast(ids, "int32")
             chosen = state["chosen"]
             if mask_chosen:
                 picked = ops.equal(ops.expand_dims(ids, 1), indices)
                 chosen = ops.logical_or(chosen, ops.logical_and(picked, ops.greater(indices, END)))
             element = ops.take_along_axis(
-                state["elements"], ops.reshape(ids, (-1, 1, 1)), axis=1
+                given["elements"], ops.reshape(ids, (-1, 1, 1)), axis=1
             )[:, 0]
             output, (state_h, state_c) = cell(element, [state["h"], state["c"]])
-            allowed = ops.logical_and(state["valid"], ops.logical_not(chosen))
-            logits = pointer.pointer_logits(output, state["keys"], allowed)
+            allowed = ops.logical_and(given["valid"], ops.logical_not(chosen))
+            logits = pointer.pointer_logits(output, given["keys"], allowed)
             new_state = dict(state, h=state_h, c=state_c, chosen=chosen)
             return logits, new_state
 
-        initial_state = {
-            "h": state_h,
-            "c": state_c,
-            "chosen": ops.zeros(ops.shape(valid), "bool"),
-            "valid": valid,
-            "elements": elements,
-            "keys": pointer.project_memory(memory),
-        }
-        return step_fn, initial_state
+        return step_fn
 
     def decode(self, inputs, mask=None, max_length=None, beam_width=None):
         """Decode in the graph; returns `keras_attention.decoding`'s result dict.
@@ -298,9 +305,12 @@ class PointerNetwork(keras.layers.Layer):
         max_length = self.max_length if max_length is None else max_length
         beam_width = self.beam_width if beam_width is None else beam_width
         self._check_decoding(max_length, beam_width)
-        step_fn, state = self.decoding_step(inputs, mask)
+        constants, state = self._decoding_start(inputs, mask)
+        positions = ops.shape(constants["valid"])[1]
         if beam_width is None:
-            return greedy_search(step_fn, state, END, END, max_length)
+            return greedy_search(self._step_function(positions, constants), state, END, END, max_length)
+        # Every beam reads its own copy of its example's constants, tiled once.
+        step_fn = self._step_function(positions, tile_batch(constants, beam_width))
         result = beam_search(
             step_fn, state, END, END, max_length, beam_width,
             length_penalty_weight=self.length_penalty_weight,
