@@ -89,6 +89,15 @@ def callbacks(args):
     ]
 
 
+def predict(model, inputs, batch_size):
+    """`model.predict` without the progress bar.
+
+    `predict`, not `predict_on_batch`: under MirroredStrategy the latter runs
+    the whole batch on every replica and returns it once per replica.
+    """
+    return model.predict(inputs, batch_size=batch_size, verbose=0)
+
+
 class Timer:
     def __enter__(self):
         self.start = time.perf_counter()

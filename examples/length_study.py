@@ -269,7 +269,8 @@ def decode(greedy, sentences, length, batch_size):
     hypotheses, alignments = [], []
     for start in range(0, len(sentences), batch_size):
         # One padded length for every batch: one trace of the decoding graph.
-        output = greedy.predict_on_batch(pad(sentences[start : start + batch_size], length))
+        batch = pad(sentences[start : start + batch_size], length)
+        output = common.predict(greedy, batch, batch_size=len(batch))
         for i, row in enumerate(np.asarray(output["ids"])):
             ends = np.flatnonzero(row == END)
             hypotheses.append(row[: ends[0]] if len(ends) else row)

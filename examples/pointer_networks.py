@@ -268,12 +268,6 @@ def train(args, strategy, name, data, dim):
     return trainer, greedy, beam, history.history, timer.seconds
 
 
-def decode(model, inputs, batch_size=500):
-    # `predict`, not `predict_on_batch`: under MirroredStrategy the latter runs
-    # the whole batch on every replica and returns it once per replica.
-    return np.asarray(model.predict(inputs, batch_size=batch_size, verbose=0))
-
-
 def pointer_distributions(trainer, inputs, ids):
     """Each decoding step's probabilities over [end, x_1 .. x_n] for the decoded `ids`.
 
@@ -341,7 +335,7 @@ def evaluate_sorting(greedy, beam, test):
     numbers, targets, lengths = test
     results = {}
     for method, model in (("greedy", greedy), ("beam", beam)):
-        ids = decode(model, numbers)
+        ids = np.asarray(common.predict(model, numbers, batch_size=500))
         results[method] = {"sequence_accuracy": sequence_accuracy(ids, targets)}
         for n in (MIN_N, MAX_N):
             results[method][f"sequence_accuracy_n{n}"] = sequence_accuracy(ids[lengths == n], targets[lengths == n])
@@ -353,7 +347,7 @@ def evaluate_hull(greedy, beam, test):
     points, targets, lengths = test
     results = {}
     for method, model in (("greedy", greedy), ("beam", beam)):
-        ids = decode(model, points)
+        ids = np.asarray(common.predict(model, points, batch_size=500))
         coverages, failures = zip(*(
             hull_coverage(points[row, : lengths[row]], ids[row], targets[row]) for row in range(len(ids))
         ))

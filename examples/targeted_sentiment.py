@@ -243,16 +243,15 @@ def build_models(mode, vocabulary_size, embedding=64, units=64, attention_units=
     return classifier, keras.Model([words, target], scores, name=f"attention_{mode}")
 
 
-def plot_sentence(classifier, attention_model, mode, example_rows, examples, encoded, path):
+def plot_sentence(predictions, attention_model, mode, example_rows, examples, encoded, path):
     """One sentence, every target: a row of weights over the words per target (and part)."""
     words = examples[example_rows[0]][0]
     # A batch of 64 rather than the sentence's few rows: a distributed model
     # would hand some replicas no example at all, which its LSTMs cannot run
-    # on. `predict`, not `predict_on_batch`: under MirroredStrategy the latter
-    # runs the whole batch on every replica and returns it once per replica.
+    # on.
     batch = [x[:64] for x in encoded[:2]]
-    scores = attention_model.predict(batch, verbose=0)
-    predicted = np.argmax(classifier.predict(batch, verbose=0), axis=-1)[example_rows]
+    scores = common.predict(attention_model, batch, batch_size=32)
+    predicted = predictions[example_rows]
     scores = {"whole": scores} if mode == "vanilla" else scores
     parts = {part: np.asarray(weights)[example_rows] for part, weights in scores.items()}
     rows, labels = [], []
@@ -342,7 +341,7 @@ def main(argv=None):
             "train_seconds": training.seconds,
         }
         results["plots"].append(plot_sentence(
-            classifier, attention_model, mode, sentence_rows, test, test_data,
+            predictions, attention_model, mode, sentence_rows, test, test_data,
             os.path.join(args.out, f"attention_{mode}.png"),
         ))
     common.write_results(args, results)

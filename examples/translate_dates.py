@@ -36,6 +36,8 @@ SOURCE_ALPHABET = " ,-./0123456789abcdefghijklmnopqrstuvwxyz"
 SOURCE_TOKENS = ["<pad>", "<unk>"] + list(SOURCE_ALPHABET)
 TARGET_TOKENS = ["<pad>", "<start>", "<end>"] + list("-0123456789")
 PAD, START, END = 0, 1, 2
+# Written next to the exported model: the serving script tokenises with it.
+VOCABULARY = {"source": SOURCE_TOKENS, "target": TARGET_TOKENS, "lowercase": True, "start": START, "end": END}
 TARGET_LENGTH = 11  # "YYYY-MM-DD" and the end token
 
 
@@ -95,14 +97,10 @@ def make_dates(count, rng, exclude=()):
     return pairs
 
 
-def encode_source(texts, length=None):
-    index = {t: i for i, t in enumerate(SOURCE_TOKENS)}
-    rows = [[index.get(c, 1) for c in text.lower()] for text in texts]
-    length = length or max(map(len, rows))
-    ids = np.zeros((len(rows), length), "int32")
-    for i, row in enumerate(rows):
-        ids[i, : min(len(row), length)] = row[:length]
-    return ids
+def encode_source(texts):
+    """Lower-cased character ids, unknown characters as <unk>, right-padded
+    with 0: the same tokenisation the exported model is served with."""
+    return ka.export.encode_strings(texts, VOCABULARY)
 
 
 def encode_target(isos):
@@ -158,9 +156,7 @@ def translate(model, texts, batch_size=500):
     results, alignments = [], []
     for start in range(0, len(texts), batch_size):
         batch = encode_source(texts[start : start + batch_size])
-        # predict, not predict_on_batch: under MirroredStrategy the latter
-        # runs the whole batch on every replica and returns it once per replica.
-        output = model.predict(batch, batch_size=len(batch), verbose=0)
+        output = common.predict(model, batch, batch_size=len(batch))
         ids, align, lengths = (np.asarray(output[k]) for k in ("ids", "alignments", "lengths"))
         if ids.ndim == 3:  # beam search: keep the best beam
             ids, align, lengths = ids[:, 0], align[:, 0], lengths[:, 0]
@@ -232,8 +228,7 @@ def main(argv=None):
     ]))
     plots = plot_examples(texts, greedy_predictions, alignments, args.out)
     with open(os.path.join(args.out, "vocabulary.json"), "w") as f:
-        json.dump({"source": SOURCE_TOKENS, "target": TARGET_TOKENS, "lowercase": True,
-                   "start": START, "end": END}, f, indent=1)
+        json.dump(VOCABULARY, f, indent=1)
 
     # Real dates for the export's parity check, per signature: the decoders
     # take date strings (tokenised with vocabulary.json), the teacher-forced
