@@ -81,6 +81,12 @@ def randomize(layer, rng):
         variable.assign(value.astype(variable.dtype))
 
 
+def randomize_model(model, rng, scale=0.5):
+    """Give every trainable weight of a whole model a N(0, scale) value."""
+    for variable in model.trainable_weights:
+        variable.assign(rng.normal(0, scale, variable.shape).astype(variable.dtype))
+
+
 def built_layer(case, rng, query, value, key=None, **layer_kwargs):
     layer = case.make(**layer_kwargs)
     layer(query, value, key=key)

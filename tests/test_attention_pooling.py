@@ -15,7 +15,7 @@ from keras_attention.layers.pooling import AttentionPooling
 from tests import reference
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
-from tests.layer_cases import lengths_mask, randomize, token_batch
+from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch
 from tests.test_docs import _python_blocks
 
 B, T, D, UNITS = 3, 6, 5, 4
@@ -212,8 +212,7 @@ def test_get_config_round_trip_gives_identical_outputs():
 def test_keras_file_round_trip_without_custom_objects(tmp_path):
     rng = np.random.default_rng(9)
     model = pooling_model()
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    randomize_model(model, rng)
     ids = token_batch(rng, 3, 6)
     model.save(tmp_path / "model.keras")
     loaded = keras.saving.load_model(tmp_path / "model.keras")  # safe mode, no custom_objects
@@ -286,8 +285,7 @@ def test_exports_to_saved_model_and_onnx_with_parity(tmp_path):
     pooling = AttentionPooling(UNITS)
     joined = keras.layers.Concatenate()([pooling(embedding(first)), pooling(embedding(second))])
     model = keras.Model([first, second], keras.layers.Dense(3)(joined))
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    randomize_model(model, rng)
     batches = [
         {"first": token_batch(rng, 3, 6), "second": token_batch(rng, 3, 4)},
         {"first": token_batch(rng, 1, 9), "second": token_batch(rng, 1, 2)},

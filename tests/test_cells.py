@@ -8,7 +8,7 @@ import pytest
 import keras_attention as ka
 from tests import reference
 from tests.export_check import assert_export_parity
-from tests.layer_cases import lengths_mask, randomize, token_batch, weights_of
+from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch, weights_of
 
 B, TT, TS, DY, DM, UNITS = 3, 4, 5, 3, 6, 7
 
@@ -289,8 +289,7 @@ def test_trains_with_xla_and_unknown_lengths(cell_kind):
 def test_keras_file_round_trip_and_export(cell_kind, tmp_path):
     rng = np.random.default_rng(7)
     model = seq2seq(cell_kind)
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    randomize_model(model, rng)
     inputs = [token_batch(rng, 3, 6, 12), token_batch(rng, 3, 4, 12)]
     model.save(tmp_path / "model.keras")
     loaded = keras.saving.load_model(tmp_path / "model.keras")

@@ -11,7 +11,7 @@ import keras_attention as ka
 from keras_attention.layers import additive
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
-from tests.layer_cases import lengths_mask, randomize, token_batch
+from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch
 
 TQ, TV = 7, 5  # 7 queries: chunks of 3 leave a partial last chunk
 
@@ -146,8 +146,7 @@ def test_chunked_layer_fits_with_xla_and_unknown_lengths(make):
 def test_chunked_layer_exports_with_parity(name, tmp_path):
     rng = np.random.default_rng(5)
     model = _model(FACTORIES[name], 2)
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    randomize_model(model, rng)
     batches = [
         {"source": token_batch(rng, 3, 6), "target": token_batch(rng, 3, 5)},
         {"source": token_batch(rng, 1, 9), "target": token_batch(rng, 1, 2)},

@@ -7,14 +7,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_length_study_smoke_writes_every_output(tmp_path):
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """One smoke run (one epoch) shared by the tests below: `(out, completed)`."""
+    out = tmp_path_factory.mktemp("length_study")
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "length_study.py"), "--smoke", "--out", str(tmp_path)],
+        [sys.executable, str(ROOT / "examples" / "length_study.py"), "--smoke", "--out", str(out)],
         capture_output=True, text=True, timeout=600,
     )
+    return out, completed
+
+
+def test_length_study_smoke_writes_every_output(smoke_run):
+    tmp_path, completed = smoke_run
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
 
@@ -47,17 +57,14 @@ def test_length_study_smoke_writes_every_output(tmp_path):
     assert "attention" in completed.stdout and "plain" in completed.stdout
 
 
-def test_length_study_models_export_with_parity(tmp_path):
+def test_length_study_models_export_with_parity(smoke_run, tmp_path):
     import keras_attention as ka
 
     sys.path.insert(0, str(ROOT / "examples"))
     import length_study  # noqa: F401  (registers the plain model's decoding layer)
 
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "length_study.py"), "--smoke", "--epochs", "1", "--out", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=600,
-    )
+    run, completed = smoke_run
     assert completed.returncode == 0, completed.stderr[-3000:]
     for model in ("plain", "attention"):
-        report = ka.export_model(str(tmp_path / "run" / f"{model}_trainer.keras"), tmp_path / model)
+        report = ka.export_model(str(run / f"{model}_trainer.keras"), tmp_path / model)
         assert report.ok, model

@@ -26,7 +26,7 @@ from keras_attention.export import (
     load_vocabulary,
     run_onnx,
 )
-from tests.layer_cases import CASES, keras_model, token_batch
+from tests.layer_cases import CASES, keras_model, randomize_model, token_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCABULARY = 9  # ids; 0 pads, 1 starts, 2 ends
@@ -37,11 +37,6 @@ TOY_VOCABULARY = {
     "start_token": "<s>",
     "end_token": "</s>",
 }
-
-
-def randomize(model, rng, scale=0.5):
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, scale, variable.shape).astype(variable.dtype))
 
 
 def onnx_session(path):
@@ -77,7 +72,7 @@ def test_every_score_layer_exports_with_parity_and_a_report(tmp_path):
         context = case.make(name=case.id)(query, value, key=key)
         outputs.append(keras.layers.Dense(2, name=f"{case.id}_logits")(keras.layers.GlobalAveragePooling1D()(context)))
     model = keras.Model([source, target], outputs)
-    randomize(model, np.random.default_rng(0))
+    randomize_model(model, np.random.default_rng(0))
 
     report = export_model(model, tmp_path / "export")
 
@@ -142,7 +137,7 @@ def seq2seq(tmp_path_factory):
             cell, embedding, output_layer, 1, 2, max_length=7, method="beam", beam_width=3, length_penalty_weight=0.6, name="beam"
         )(memory),
     )
-    randomize(train, np.random.default_rng(1), scale=1.5)
+    randomize_model(train, np.random.default_rng(1), scale=1.5)
     directory = tmp_path_factory.mktemp("seq2seq") / "export"
     report = export_model(
         {"serving_default": train, "translate": greedy, "translate_beam": beam}, directory, vocabulary=TOY_VOCABULARY
@@ -294,7 +289,7 @@ def test_mixed_precision_model_is_exported_from_a_float32_copy(policy, tmp_path)
     keras.config.set_dtype_policy(policy)
     model = keras_model(CASES[0], 4, 3, 5)
     keras.config.set_dtype_policy("float32")
-    randomize(model, np.random.default_rng(4))
+    randomize_model(model, np.random.default_rng(4))
 
     report = export_model(model, tmp_path / "export")
 
@@ -315,7 +310,7 @@ def test_on_a_gpu_rnn_layers_are_rebuilt_without_cudnn(tmp_path, monkeypatch):
     tokens = keras.Input((None,), dtype="int32", name="tokens")
     states = keras.layers.LSTM(4, return_sequences=True)(keras.layers.Embedding(10, 3, mask_zero=True)(tokens))
     model = keras.Model(tokens, keras.layers.Dense(2, name="logits")(ka.AttentionPooling(4)(states)))
-    randomize(model, np.random.default_rng(7))
+    randomize_model(model, np.random.default_rng(7))
     report = export_model(model, tmp_path / "export", formats=["onnx"])
     assert report.ok and any("use_cudnn=False" in note for note in report.notes)
     assert model.layers[2].use_cudnn == "auto"  # the caller's model is untouched
@@ -404,7 +399,7 @@ def test_missing_corrupt_and_wrong_model_files_give_clear_errors(tmp_path):
 
 def test_export_command_prints_the_table_and_writes_the_json_report(tmp_path, capsys):
     model = small_model()
-    randomize(model, np.random.default_rng(6))
+    randomize_model(model, np.random.default_rng(6))
     model.save(tmp_path / "model.keras")
     done = run_script("export/export_model.py", tmp_path / "model.keras", tmp_path / "out", "--opset", "15", "--report", tmp_path / "r.json")
     assert done.returncode == 0, done.stderr

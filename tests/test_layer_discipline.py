@@ -15,6 +15,7 @@ from tests import reference
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
 from tests.layer_cases import (
+    randomize_model,
     CASES,
     SOFT_CASES,
     built_layer,
@@ -206,8 +207,7 @@ def test_get_config_round_trip_gives_identical_outputs(case):
 def test_keras_file_round_trip_without_custom_objects(case, tmp_path):
     rng = np.random.default_rng(7)
     model = keras_model(case, *dims(case))
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    randomize_model(model, rng)
     inputs = [token_batch(rng, 3, 6), token_batch(rng, 3, 4)]
     path = tmp_path / "model.keras"
     model.save(path)
@@ -271,8 +271,7 @@ def test_functional_model_with_unknown_lengths_fits_with_xla(case):
 def test_exports_to_saved_model_and_onnx_with_parity(case, tmp_path):
     rng = np.random.default_rng(10)
     model = keras_model(case, *dims(case))
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    randomize_model(model, rng)
     batches = [
         {"source": token_batch(rng, 3, 6), "target": token_batch(rng, 3, 4)},
         {"source": token_batch(rng, 1, 9), "target": token_batch(rng, 1, 2)},

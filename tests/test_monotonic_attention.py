@@ -11,7 +11,7 @@ from keras_attention.layers.monotonic import monotonic_alignment
 from tests import reference
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
-from tests.layer_cases import lengths_mask, randomize, token_batch, weights_of
+from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch, weights_of
 from tests.test_cells import own_weights, sigmoid
 
 B, TQ, TS, DQ, DK, DV = 3, 4, 6, 4, 3, 5
@@ -420,8 +420,7 @@ def seq2seq(kind, vocabulary=12, units=8, with_alignments=True, **attention_kwar
 def test_keras_file_round_trip_and_export(kind, attention_kwargs, tmp_path):
     rng = np.random.default_rng(7)
     model = seq2seq(kind, **attention_kwargs)
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    randomize_model(model, rng)
     inputs = [token_batch(rng, 3, 6, 12, 2), token_batch(rng, 3, 4, 12)]
     model.save(tmp_path / "model.keras")
     loaded = keras.saving.load_model(tmp_path / "model.keras")
@@ -442,8 +441,7 @@ def test_mixed_float16_is_finite_with_float32_variables(mode):
     keras.config.set_dtype_policy("mixed_float16")
     model = seq2seq("gru", mode=mode, score_bias_init=-4.0)
     rng = np.random.default_rng(8)
-    for variable in model.get_layer("decoder").trainable_weights:
-        variable.assign(rng.normal(0, 2.0, variable.shape).astype("float32"))  # large energies
+    randomize_model(model.get_layer("decoder"), rng, scale=2.0)  # large energies
     source = token_batch(rng, 2, 30, 12, 30)
     source[1, 5:] = 0
     logits, alignments = model([source, token_batch(rng, 2, 4, 12)])

@@ -14,7 +14,7 @@ from keras_attention.layers.multi_head import MultiHeadAttention
 from tests import reference
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
-from tests.layer_cases import keras_model, lengths_mask, randomize, token_batch
+from tests.layer_cases import keras_model, lengths_mask, randomize, randomize_model, token_batch
 
 B, TQ, TV = 3, 4, 6
 DQ, DK, DV = 4, 3, 5
@@ -360,8 +360,7 @@ def _attention_model(vocabulary=20):
 def test_keras_file_round_trip_without_custom_objects(tmp_path):
     rng = np.random.default_rng(9)
     model = _attention_model()
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    randomize_model(model, rng)
     batch = [token_batch(rng, 3, 6), token_batch(rng, 3, 4)]
     path = tmp_path / "model.keras"
     model.save(path)
@@ -433,8 +432,7 @@ def test_functional_model_with_unknown_lengths_fits_with_xla():
 def test_exports_to_saved_model_and_onnx_with_parity(tmp_path):
     rng = np.random.default_rng(12)
     model = _attention_model()
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    randomize_model(model, rng)
     batches = [
         {"source": token_batch(rng, 3, 6), "target": token_batch(rng, 3, 4)},
         {"source": token_batch(rng, 1, 9), "target": token_batch(rng, 1, 2)},

@@ -14,7 +14,7 @@ from keras_attention.layers.self_attention import SelfAttention
 from tests import reference
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
-from tests.layer_cases import lengths_mask, randomize, token_batch, weights_of
+from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch, weights_of
 
 B, T, D, UNITS = 3, 7, 5, 4
 
@@ -405,8 +405,7 @@ def _model(vocabulary=20, **kwargs):
 
 def _randomized_model(rng, **kwargs):
     model = _model(**kwargs)
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    randomize_model(model, rng)
     return model
 
 

@@ -14,7 +14,7 @@ import keras_attention
 from keras_attention.layers.targeted import TargetedAttention
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
-from tests.layer_cases import lengths_mask, token_batch
+from tests.layer_cases import lengths_mask, randomize_model, token_batch
 
 MODES = ["vanilla", "contextualized", "gated"]
 D, UNITS = 4, 3
@@ -305,8 +305,7 @@ def test_get_config_round_trip_gives_identical_outputs(mode):
 def test_keras_file_round_trip_without_custom_objects(mode, tmp_path):
     rng = np.random.default_rng(9)
     model = bilstm_model(mode)
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    randomize_model(model, rng)
     ids = token_batch(rng, 3, 6)
     inputs = [ids, target_batch(rng, ids)]
     path = tmp_path / "model.keras"
@@ -322,8 +321,7 @@ def test_functional_model_honours_the_keras_mask(mode):
     """Extra padding must not change a prediction: the embedding's mask reaches the layer."""
     rng = np.random.default_rng(14)
     model = bilstm_model(mode)
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    randomize_model(model, rng)
     ids = token_batch(rng, 3, 5)
     target = target_batch(rng, ids)
     padded_ids = np.pad(ids, ((0, 0), (0, 3)))
@@ -415,8 +413,7 @@ def test_bilstm_model_with_unknown_lengths_fits_with_xla(mode):
 def test_exports_to_saved_model_and_onnx_with_parity(mode, tmp_path):
     rng = np.random.default_rng(13)
     model = bilstm_model(mode)
-    for variable in model.trainable_weights:
-        variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    randomize_model(model, rng)
     batches = []
     for batch, length in [(3, 6), (1, 9)]:
         ids = token_batch(rng, batch, length)
