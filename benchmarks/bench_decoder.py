@@ -38,7 +38,8 @@ import common
 
 FULL = dict(batch=64, source_length=32, target_length=32, embedding=64, units=128, vocabulary=1000)
 QUICK = dict(batch=4, source_length=6, target_length=5, embedding=8, units=16, vocabulary=50)
-TFA_PYTHON = os.path.join(common.HERE, "peers", ".venv-tfa", "bin", "python")
+TFA_ENV = os.path.join(common.HERE, "peers", ".venv-tfa")
+TFA_PYTHON = os.path.join(TFA_ENV, "bin", "python")
 TFA_BUILD = os.path.join(common.HERE, "peers", "build_tfa_env.sh")
 
 
@@ -62,20 +63,30 @@ def _compile(model, jit):
     return model
 
 
-def build_ours(cfg, jit=False):
+def _seq2seq(cfg, jit, decoder):
+    """The model every side shares: source ids -> Embedding -> Dense(tanh) =
+    memory; target ids -> Embedding -> `decoder(embedded, memory)` ->
+    Dense(vocabulary) logits; compiled."""
     import keras
-
-    import keras_attention as ka
 
     keras.utils.set_random_seed(0)
     v, e, u = cfg["vocabulary"], cfg["embedding"], cfg["units"]
     source = keras.Input((None,), dtype="int32")
     target_in = keras.Input((None,), dtype="int32")
     memory = keras.layers.Dense(u, activation="tanh")(keras.layers.Embedding(v, e)(source))
-    cell = ka.AttentionWrapper(keras.layers.GRUCell(u), ka.AdditiveAttention(u))
-    outputs = ka.AttentionDecoder(cell)(keras.layers.Embedding(v, e)(target_in), memory)
+    outputs = decoder(keras.layers.Embedding(v, e)(target_in), memory)
     logits = keras.layers.Dense(v)(outputs)
     return _compile(keras.Model([source, target_in], logits), jit)
+
+
+def build_ours(cfg, jit=False):
+    import keras
+
+    import keras_attention as ka
+
+    u = cfg["units"]
+    cell = ka.AttentionWrapper(keras.layers.GRUCell(u), ka.AdditiveAttention(u))
+    return _seq2seq(cfg, jit, ka.AttentionDecoder(cell))
 
 
 def build_plain(cfg, jit=False):
@@ -129,14 +140,7 @@ def build_plain(cfg, jit=False):
         def compute_output_shape(self, inputs_shape, memory_shape):
             return (*inputs_shape[:2], self.cell.units)
 
-    keras.utils.set_random_seed(0)
-    v, e, u = cfg["vocabulary"], cfg["embedding"], cfg["units"]
-    source = keras.Input((None,), dtype="int32")
-    target_in = keras.Input((None,), dtype="int32")
-    memory = keras.layers.Dense(u, activation="tanh")(keras.layers.Embedding(v, e)(source))
-    outputs = NaiveDecoder(u)(keras.layers.Embedding(v, e)(target_in), memory)
-    logits = keras.layers.Dense(v)(outputs)
-    return _compile(keras.Model([source, target_in], logits), jit)
+    return _seq2seq(cfg, jit, NaiveDecoder(cfg["units"]))
 
 
 def build_gru_floor(cfg, jit=False):
@@ -145,27 +149,31 @@ def build_gru_floor(cfg, jit=False):
     import keras
     from keras import ops
 
-    keras.utils.set_random_seed(0)
-    v, e, u = cfg["vocabulary"], cfg["embedding"], cfg["units"]
-    source = keras.Input((None,), dtype="int32")
-    target_in = keras.Input((None,), dtype="int32")
-    memory = keras.layers.Dense(u, activation="tanh")(keras.layers.Embedding(v, e)(source))
-    embedded = keras.layers.Embedding(v, e)(target_in)
-    summary = keras.layers.Lambda(
-        lambda t: ops.concatenate(
-            [t[0], ops.broadcast_to(ops.mean(t[1], axis=1, keepdims=True), (*ops.shape(t[0])[:2], u))], axis=-1
-        )
-    )([embedded, memory])
-    outputs = keras.layers.GRU(u, return_sequences=True)(summary)
-    logits = keras.layers.Dense(v)(outputs)
-    return _compile(keras.Model([source, target_in], logits), jit)
+    u = cfg["units"]
+
+    def decoder(embedded, memory):
+        summary = keras.layers.Lambda(
+            lambda t: ops.concatenate(
+                [t[0], ops.broadcast_to(ops.mean(t[1], axis=1, keepdims=True), (*ops.shape(t[0])[:2], u))], axis=-1
+            )
+        )([embedded, memory])
+        return keras.layers.GRU(u, return_sequences=True)(summary)
+
+    return _seq2seq(cfg, jit, decoder)
 
 
 def tfa_status():
     """(available, reason)."""
-    if os.path.exists(TFA_PYTHON) and os.path.exists(os.path.join(os.path.dirname(os.path.dirname(TFA_PYTHON)), ".complete")):
+    if os.path.exists(TFA_PYTHON) and os.path.exists(os.path.join(TFA_ENV, ".complete")):
         return True, "tfa environment found"
-    return False, f"no tfa environment at {os.path.dirname(os.path.dirname(TFA_PYTHON))} (build it with {TFA_BUILD})"
+    return False, f"no tfa environment at {TFA_ENV} (build it with {TFA_BUILD})"
+
+
+def _tfa_command(cfg, *extra):
+    """argv and environment of a tfa worker (peers/tfa_decoder.py)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
+    env.pop("KERAS_BACKEND", None)
+    return [TFA_PYTHON, os.path.join(common.HERE, "peers", "tfa_decoder.py"), json.dumps(cfg), *extra], env
 
 
 def build_tfa_env(log):
@@ -285,10 +293,8 @@ def source_length_probe(cfg, log, lengths=(64, 128), repeats=5):
     return rows
 
 
-def _tfa_worker(cfg, jit, extra=()):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    env.pop("KERAS_BACKEND", None)
-    argv = [TFA_PYTHON, os.path.join(common.HERE, "peers", "tfa_decoder.py"), json.dumps(dict(cfg, jit=jit)), *extra]
+def _tfa_worker(cfg, jit):
+    argv, env = _tfa_command(dict(cfg, jit=jit))
     return common.RemoteSide(argv, env=env)
 
 
@@ -317,12 +323,8 @@ def profile_sides(cfg, models, x, target_out, log):
     if tfa_status()[0]:
         import subprocess
 
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-        env.pop("KERAS_BACKEND", None)
-        proc = subprocess.run(
-            [TFA_PYTHON, os.path.join(common.HERE, "peers", "tfa_decoder.py"), json.dumps(cfg), "--profile"],
-            capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
-        )
+        argv, env = _tfa_command(cfg, "--profile")
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
         if proc.returncode == 0:
             out["tfa"] = json.loads(proc.stdout.strip().splitlines()[-1])
             log(f"  profile tfa: {out['tfa']['wall_ms_per_step']} ms, {out['tfa']['ops_per_step']} ops/step")

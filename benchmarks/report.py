@@ -123,12 +123,8 @@ def markdown(results):
         def ratios(peer, target):
             text = (f"{_fmt(sp['vs_' + peer], 2)}x both without XLA, "
                     f"{_fmt(sp.get('xla_vs_' + peer + '_xla'), 2)}x both with XLA")
-            best_ratio = bb.get("vs_" + peer)
-            if best_ratio is None:  # results written before best-against-best existed
-                best_ratio = max(sp["vs_" + peer], sp["xla_vs_" + peer])
-            else:
-                text = f"{_fmt(best_ratio, 2)}x best against best; " + text
-            return text, _met(best_ratio, target)
+            best_ratio = bb["vs_" + peer]
+            return f"{_fmt(best_ratio, 2)}x best against best; " + text, _met(best_ratio, target)
 
         summary.append(["1. train step vs plain Keras", ">= 2x", *ratios("plain_keras", 2.0)])
         if "vs_tfa" in sp:

@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_addons as tfa  # noqa: E402
 
+import bench_decoder  # noqa: E402
 import common  # noqa: E402
 
 
@@ -27,10 +28,8 @@ def main():
     cfg = json.loads(sys.argv[1])
     tf.keras.utils.set_random_seed(0)
     b, v, e, u = cfg["batch"], cfg["vocabulary"], cfg["embedding"], cfg["units"]
-    rng = np.random.default_rng(0)
-    source = rng.integers(1, v, size=(b, cfg["source_length"])).astype("int32")
-    target_in = rng.integers(1, v, size=(b, cfg["target_length"])).astype("int32")
-    target_out = rng.integers(1, v, size=(b, cfg["target_length"])).astype("int32")
+    # The very batch the other sides train on.
+    source, target_in, target_out = bench_decoder.data(cfg)
 
     source_embedding = tf.keras.layers.Embedding(v, e)
     encoder = tf.keras.layers.Dense(u, activation="tanh")
