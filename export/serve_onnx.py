@@ -2,6 +2,11 @@
 
     python export/serve_onnx.py OUT_DIR [--signature translate] --inputs '{"source": ["March 3, 2001"]}'
         [--inputs-file INPUTS.json] [--runs 100] [--warmup 5] [--threads N] [--json]
+    python export/serve_onnx.py OUT_DIR --signature pronounce --texts words.txt [--batch-size 256]
+
+With --texts FILE (one text a line, "-" for stdin) each line is decoded and
+printed as `text<TAB>decoded text` (the best hypothesis), in batches of
+similar length: a word list in, pronunciations out.
 
 OUT_DIR is a directory written by `export/export_model.py` (`model.onnx` is
 the `serving_default` signature, `<name>.onnx` the others). Inputs are a JSON
@@ -24,7 +29,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # Run from a checkout without installing: the package sits one level up.
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from keras_attention.export import DEFAULT_SIGNATURE, run_onnx  # noqa: E402
+from keras_attention.export import DEFAULT_SIGNATURE, run_onnx, translate_texts  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -34,6 +39,8 @@ def parse_args(argv=None):
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--inputs", help="JSON: {input name: value} (strings are tokenised with vocabulary.json)")
     source.add_argument("--inputs-file", help="a JSON file with the inputs")
+    source.add_argument("--texts", help="a text file, one input text a line ('-': stdin); prints text<TAB>decoded")
+    parser.add_argument("--batch-size", type=int, default=256, help="with --texts: texts per batch")
     parser.add_argument("--runs", type=int, default=100, help="timed runs")
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs first")
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
@@ -57,8 +64,28 @@ def read_inputs(args):
         raise ValueError(f"{where} is not valid JSON: {error}") from error
 
 
+def read_texts(path):
+    if path == "-":
+        lines = sys.stdin.read().splitlines()
+    else:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--texts: no such file {path!r}.")
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip()]
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.texts is not None:
+        try:
+            texts = read_texts(args.texts)
+            decoded = translate_texts(args.out_dir, texts, signature=args.signature, batch_size=args.batch_size, threads=args.threads)
+        except (ValueError, FileNotFoundError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        for text, output in zip(texts, decoded):
+            print(f"{text}\t{output}")
+        return 0
     try:
         result = run_onnx(args.out_dir, read_inputs(args), signature=args.signature, runs=args.runs, warmup=args.warmup, threads=args.threads)
     except (ValueError, FileNotFoundError) as error:

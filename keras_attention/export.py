@@ -34,6 +34,8 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_attention.text import Vocabulary
+
 __all__ = [
     "ExportError",
     "ExportReport",
@@ -44,6 +46,7 @@ __all__ = [
     "load_vocabulary",
     "main",
     "run_onnx",
+    "translate_texts",
 ]
 
 FORMATS = ("saved_model", "onnx")
@@ -801,8 +804,10 @@ def export_model(
             instead of generated ones; a batch is used for every signature
             whose inputs it covers ({signature: list} also accepted). With
             `vocabulary`, a value may be a list of strings (tokenised).
-        vocabulary: optional {"source": [...], "target": [...], ...} or path
-            to such a JSON file, written as `vocabulary.json` for `run_onnx`.
+        vocabulary: optional {"source": Vocabulary, "target": Vocabulary}
+            (or their configs, or the list form `load_vocabulary` reads), or
+            the path of such a JSON file; written as `vocabulary.json` for
+            `run_onnx` and the serve command.
         atol: allowed max absolute difference of float outputs.
         shapes: (batch, length) pairs of the generated inputs.
         seed: seed of the generated inputs.
@@ -875,7 +880,7 @@ def export_model(
     try:
         _write_and_verify(signatures, staging, directory, formats, opset, verify, sample_inputs, vocabulary, shapes, seed, atol, report)
         if vocabulary is not None:
-            (staging / VOCABULARY_FILE).write_text(json.dumps(vocabulary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            (staging / VOCABULARY_FILE).write_text(_vocabulary_json(vocabulary), encoding="utf-8")
             report.paths["vocabulary"] = str(directory / VOCABULARY_FILE)
         report.paths["report"] = str(directory / REPORT_FILE)
         report.timings_s["total"] = round(time.perf_counter() - started, 3)
@@ -968,47 +973,70 @@ def _write_and_verify(signatures, staging, directory, formats, opset, verify, sa
 # ------------------------------------------------------- vocabulary, serving
 
 
+def _side(vocabulary, side, argument):
+    """One side of a vocabulary mapping as a `Vocabulary`."""
+    value = vocabulary[side]
+    if isinstance(value, Vocabulary):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return Vocabulary.from_config(dict(value))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"`{argument}['{side}']`: {error}") from None
+    # The list form: {"source": [tokens], "target": [tokens], "lowercase",
+    # "unknown_token", "start_token"/"end_token" or "start"/"end" (ids)}.
+    if not isinstance(value, list) or len(value) < 2 or not all(isinstance(t, str) for t in value):
+        raise ValueError(f"`{argument}['{side}']` must be a list of at least 2 strings (index 0 is padding); got {value!r:.80}.")
+    if len(set(value)) != len(value):
+        raise ValueError(f"`{argument}['{side}']` has duplicate tokens.")
+    specials = {}
+    if side == "source":
+        unknown = vocabulary.get("unknown_token")
+        if unknown is None and "<unk>" in value:
+            unknown = "<unk>"
+        specials["unknown_token"] = unknown
+    else:
+        for name in ("start", "end"):
+            token, token_id = vocabulary.get(f"{name}_token"), vocabulary.get(name)
+            if token is None and token_id is not None:
+                if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < len(value):
+                    raise ValueError(f"`{argument}['{name}']` must be a target id from 0 to {len(value) - 1}; got {token_id!r}.")
+                token = value[token_id]
+            specials[f"{name}_token"] = token
+    for name, token in specials.items():
+        if token is not None and token not in value:
+            raise ValueError(f"`{argument}['{name}']` = {token!r} is not in the {side} tokens.")
+    lowercase = vocabulary.get("lowercase", False)
+    if not isinstance(lowercase, bool):
+        raise ValueError(f"`{argument}['lowercase']` must be true or false; got {lowercase!r}.")
+    # Characters unless some token is longer (then the text is space-separated).
+    long = any(len(t) > 1 for t in value if t not in specials.values() and t != value[0])
+    return Vocabulary(value, separator=" " if long else None, pad_token=value[0], lowercase=lowercase, **specials)
+
+
 def _check_vocabulary(vocabulary, argument):
+    """{"source": Vocabulary, "target": Vocabulary} from any accepted form."""
     if not isinstance(vocabulary, Mapping) or "source" not in vocabulary:
-        raise ValueError(f"`{argument}` must be a dict with a 'source' token list (and optionally 'target'); got {type(vocabulary).__name__}.")
-    result = dict(vocabulary)
-    for side in ("source", "target"):
-        tokens = result.get(side)
-        if tokens is None:
-            continue
-        if not isinstance(tokens, list) or len(tokens) < 2 or not all(isinstance(t, str) for t in tokens):
-            raise ValueError(f"`{argument}['{side}']` must be a list of at least 2 strings (index 0 is padding); got {tokens!r:.80}.")
-        if len(set(tokens)) != len(tokens):
-            raise ValueError(f"`{argument}['{side}']` has duplicate tokens.")
-    result.setdefault("target", result["source"])
-    for key, side in (("unknown_token", "source"), ("start_token", "target"), ("end_token", "target")):
-        if result.get(key) is not None and result[key] not in result[side]:
-            raise ValueError(f"`{argument}['{key}']` = {result[key]!r} is not in the {side} tokens.")
-    for key in ("start", "end"):
-        value = result.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(result["target"])):
-            raise ValueError(f"`{argument}['{key}']` must be a target id from 0 to {len(result['target']) - 1}; got {value!r}.")
-    if not isinstance(result.get("lowercase", False), bool):
-        raise ValueError(f"`{argument}['lowercase']` must be true or false; got {result['lowercase']!r}.")
-    return result
+        raise ValueError(f"`{argument}` must be a dict with a 'source' vocabulary (and optionally 'target'); got {type(vocabulary).__name__}.")
+    source = _side(vocabulary, "source", argument)
+    target = _side(vocabulary, "target", argument) if vocabulary.get("target") is not None else source
+    return {"source": source, "target": target}
 
 
-def _special_id(vocabulary, name):
-    """The target id of the start or end token: from "<name>_token" (a token) or "<name>" (an id)."""
-    if vocabulary.get(f"{name}_token") is not None:
-        return vocabulary["target"].index(vocabulary[f"{name}_token"])
-    return vocabulary.get(name)
+def _vocabulary_json(vocabulary):
+    return json.dumps({side: vocabulary[side].get_config() for side in ("source", "target")}, indent=1, ensure_ascii=False) + "\n"
 
 
 def load_vocabulary(path):
     """Read a vocabulary JSON file (or `vocabulary.json` in a directory).
 
-    Format: {"source": [tokens], "target": [tokens]} where token i has id i
-    and id 0 is padding; "target" defaults to "source". Optional keys:
-    "unknown_token" (source characters not listed map to it; default "<unk>"
-    when listed), "start_token"/"end_token" (target tokens) or "start"/"end"
-    (target ids): skipped, and the end of the decoded text; "lowercase":
-    lower-case texts before tokenising.
+    Format: {"source": VOCABULARY, "target": VOCABULARY}, each a
+    `keras_attention.text.Vocabulary` config (tokens in id order, separator,
+    special tokens, lower-casing); "target" defaults to "source". The older
+    list form is read too: {"source": [tokens], "target": [tokens]} with id 0
+    padding and optional "unknown_token", "start_token"/"end_token" (or
+    "start"/"end" ids) and "lowercase". Returns {"source": Vocabulary,
+    "target": Vocabulary}.
     """
     path = Path(path)
     if path.is_dir():
@@ -1023,54 +1051,19 @@ def load_vocabulary(path):
 
 
 def encode_strings(texts, vocabulary, dtype="int32"):
-    """Character-wise ids `(B, T)` of `texts`, right-padded with 0.
+    """Source ids `(B, T)` of `texts`, right-padded with 0, as the exported
+    model is fed: `vocabulary["source"].encode(texts)`.
 
     Example: with source tokens `["<pad>", "a", "b"]`, `encode_strings(["ab", "b"], vocabulary)`
     is `[[1, 2], [2, 0]]`.
     """
-    if isinstance(texts, str):
-        texts = [texts]
-    index = {token: i for i, token in enumerate(vocabulary["source"])}
-    unknown = vocabulary.get("unknown_token") or ("<unk>" if "<unk>" in index else None)
-    rows = []
-    for text in texts:
-        if vocabulary.get("lowercase"):
-            text = text.lower()
-        row = []
-        for character in text:
-            if character in index:
-                row.append(index[character])
-            elif unknown is not None:
-                row.append(index[unknown])
-            else:
-                raise ValueError(f"input text {text!r}: character {character!r} is not in the source vocabulary and there is no 'unknown_token'.")
-        rows.append(row)
-    ids = np.zeros((len(rows), max([len(r) for r in rows] + [1])), dtype=dtype)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = row
-    return ids
+    return _check_vocabulary(vocabulary, "vocabulary")["source"].encode(texts, dtype=dtype)
 
 
 def decode_ids(ids, vocabulary):
-    """Target ids `(..., L)` to strings `(...)`: stop at the end token, skip padding and the start token."""
-    tokens = vocabulary["target"]
-    end, start = _special_id(vocabulary, "end"), _special_id(vocabulary, "start")
-    skip = {0} if start is None else {0, start}
-
-    def one(row):
-        text = []
-        for i in row:
-            i = int(i)
-            if i == end:
-                break
-            if i not in skip and 0 <= i < len(tokens):
-                text.append(tokens[i])
-        return "".join(text)
-
-    ids = np.asarray(ids)
-    if ids.ndim == 1:
-        return one(ids)
-    return [decode_ids(row, vocabulary) for row in ids]
+    """Target ids `(..., L)` to strings `(...)`: stop at the end token, skip
+    padding and the start token, join tokens with the target's separator."""
+    return _check_vocabulary(vocabulary, "vocabulary")["target"].detokenize(ids)
 
 
 _ONNX_TYPES = {
@@ -1147,6 +1140,52 @@ def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, runs=100, warmup=5,
     latency = {f"p{q}": float(np.percentile(times, q)) for q in (50, 90, 99)}
     latency.update(mean=float(np.mean(times)), runs=runs)
     return {"inputs": {n: list(v.shape) for n, v in feeds.items()}, "outputs": outputs, "text": text, "latency_ms": latency}
+
+
+def translate_texts(directory, texts, signature=DEFAULT_SIGNATURE, batch_size=256, threads=None):
+    """Decode `texts` with an exported sequence model through onnxruntime.
+
+    The model's only input is fed the texts tokenised with the export's
+    `vocabulary.json`, in batches of similar length; its `ids` output
+    (`(B, L)`, or `(B, K, L)` beams: the best is taken) is detokenised.
+    Returns one string per text, in order.
+
+    Example:
+
+    ```python
+    translate_texts("exports/g2p", ["phoneme", "keras"], signature="pronounce")
+    # ["F OW N IY M", "K EH R AH S"]
+    ```
+    """
+    directory = Path(directory)
+    path = directory / _onnx_file(signature)
+    if not path.is_file():
+        raise FileNotFoundError(f"no ONNX file {str(path)!r} for signature {signature!r}.")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer; got {batch_size!r}.")
+    if not (directory / VOCABULARY_FILE).is_file():
+        raise ValueError(f"{str(directory)!r} has no {VOCABULARY_FILE} to tokenise texts with.")
+    vocabulary = load_vocabulary(directory)
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    session = _session(path, threads)
+    inputs = session.get_inputs()
+    if len(inputs) != 1:
+        raise ValueError(f"signature {signature!r} has inputs {[i.name for i in inputs]}; texts can feed a model with one input.")
+    names = [o.name for o in session.get_outputs()]
+    if "ids" not in names:
+        raise ValueError(f"signature {signature!r} has no `ids` output to detokenise; outputs: {names}.")
+    dtype = _ONNX_TYPES.get(inputs[0].type, np.int32)
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    results = [None] * len(texts)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        feed = vocabulary["source"].encode([texts[i] for i in rows], dtype=dtype)
+        ids = dict(zip(names, session.run(None, {inputs[0].name: feed})))["ids"]
+        if ids.ndim == 3:
+            ids = ids[:, 0]
+        for i, text in zip(rows, vocabulary["target"].detokenize(ids)):
+            results[i] = text
+    return results
 
 
 # ---------------------------------------------------------------------- CLI

@@ -249,7 +249,7 @@ def test_vocabulary_helpers(tmp_path):
     (tmp_path / "vocabulary.json").write_text("{")
     with pytest.raises(ValueError, match=r"vocabulary: '.*vocabulary.json' is not valid JSON"):
         load_vocabulary(tmp_path)
-    with pytest.raises(ValueError, match=r"character 'z' is not in the source vocabulary"):
+    with pytest.raises(ValueError, match=r"token 'z' is not in the vocabulary and it has no `unknown_token`"):
         encode_strings("az", {"source": ["<pad>", "a"]})
     with pytest.raises(ValueError, match=r"`vocabulary\['end_token'\]` = 'END' is not in the target tokens"):
         export_model(small_model(), "unused", vocabulary={**TOY_VOCABULARY, "end_token": "END"})
@@ -420,3 +420,17 @@ def test_export_command_prints_the_table_and_writes_the_json_report(tmp_path, ca
     assert "serving_default  onnx" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["model.onnx", "report.json"]
     assert not (tmp_path / "other").exists()
+
+
+def test_token_vocabularies_round_trip_through_the_vocabulary_file(tmp_path):
+    from keras_attention.text import Vocabulary
+
+    phones = Vocabulary(["<pad>", "<s>", "</s>", "AH", "B"], separator=" ", start_token="<s>", end_token="</s>")
+    letters = Vocabulary(["<pad>", "<unk>", "a", "b"], unknown_token="<unk>", lowercase=True)
+    vocabulary = {"source": letters, "target": phones}
+    (tmp_path / "vocabulary.json").write_text(export_module._vocabulary_json(vocabulary))
+    loaded = load_vocabulary(tmp_path)
+    assert loaded == vocabulary
+    np.testing.assert_array_equal(encode_strings(["Ab", "bz"], loaded), [[2, 3], [3, 1]])
+    # Phones come back as separated tokens, not glued characters.
+    assert decode_ids([[3, 4, 2, 4], [4, 4, 4, 0]], loaded) == ["AH B", "B B B"]
