@@ -6,7 +6,9 @@ from keras import ops
 __all__ = ["SequenceLoss", "sequence_loss"]
 
 
-def _check_options(average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch):
+def _check_options(average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch, label_smoothing=0.0):
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"sequence_loss: `label_smoothing` must be a number in [0, 1); got {label_smoothing!r}.")
     if average_across_timesteps and sum_over_timesteps:
         raise ValueError(
             "sequence_loss: `average_across_timesteps` and `sum_over_timesteps` "
@@ -26,6 +28,7 @@ def sequence_loss(
     average_across_batch=True,
     sum_over_timesteps=False,
     sum_over_batch=False,
+    label_smoothing=0.0,
 ):
     """Weighted token cross-entropy over a batch of sequences, as tfa.seq2seq had it.
 
@@ -39,6 +42,10 @@ def sequence_loss(
       non-zero weights);
     - none of them: the `(B, T)` weighted losses.
 
+    With `label_smoothing = s` the target distribution is `(1 - s)` on the
+    target token plus `s / V` on every token (Szegedy et al. 2016,
+    arXiv:1512.00567): `l = (1 - s) * -log p[target] + s * mean_v -log p[v]`.
+
     Divisions by zero give zero. The Keras-native equivalent of the default is
     `keras.losses.SparseCategoricalCrossentropy(from_logits=True,
     reduction="mean_with_sample_weight")` with the padding mask as
@@ -48,11 +55,12 @@ def sequence_loss(
         logits: `(B, T, V)` unnormalised scores.
         targets: int `(B, T)`.
         weights: `(B, T)` (e.g. a padding mask); default all ones.
+        label_smoothing: `s` in [0, 1).
 
     Returns:
         A float32 scalar, `(B,)`, `(T,)` or `(B, T)` tensor as above.
     """
-    _check_options(average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch)
+    _check_options(average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch, label_smoothing)
     logits = ops.convert_to_tensor(logits)
     targets = ops.convert_to_tensor(targets)
     if len(logits.shape) != 3:
@@ -62,9 +70,16 @@ def sequence_loss(
     weights = ops.ones(ops.shape(targets), "float32") if weights is None else ops.cast(weights, "float32")
     if len(weights.shape) != 2:
         raise ValueError(f"sequence_loss: `weights` must have shape (batch, time); got shape {tuple(weights.shape)}.")
-    losses = keras.losses.sparse_categorical_crossentropy(
-        targets, ops.cast(logits, "float32"), from_logits=True
-    ) * weights
+    if any(w is not None and t is not None and w != t for w, t in zip(weights.shape, targets.shape)):
+        raise ValueError(
+            f"sequence_loss: `weights` must have the shape of `targets` {tuple(targets.shape)}; got {tuple(weights.shape)}."
+        )
+    logits = ops.cast(logits, "float32")
+    losses = keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)
+    if label_smoothing:
+        uniform = -ops.mean(ops.log_softmax(logits, axis=-1), axis=-1)
+        losses = (1.0 - label_smoothing) * losses + label_smoothing * uniform
+    losses = losses * weights
 
     if average_across_timesteps or average_across_batch:
         axis = None if (average_across_timesteps and average_across_batch) else (1 if average_across_timesteps else 0)
@@ -88,7 +103,9 @@ class SequenceLoss(keras.losses.Loss):
 
     where `w` is `sample_weight` or, when absent, the Keras mask of the
     predictions (decoders fed padded targets carry one). The other averaging
-    options are those of `sequence_loss`, as `tfa.seq2seq.SequenceLoss` had.
+    options are those of `sequence_loss`, as `tfa.seq2seq.SequenceLoss` had,
+    and `label_smoothing` spreads `s` of the target mass evenly over the
+    vocabulary.
 
     Paper: the teacher-forced sequence cross-entropy of Sutskever, Vinyals &
     Le 2014, "Sequence to Sequence Learning with Neural Networks",
@@ -113,15 +130,17 @@ class SequenceLoss(keras.losses.Loss):
         average_across_batch=True,
         sum_over_timesteps=False,
         sum_over_batch=False,
+        label_smoothing=0.0,
         name="sequence_loss",
         **kwargs,
     ):
-        _check_options(average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch)
+        _check_options(average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch, label_smoothing)
         super().__init__(name=name, reduction=None, **kwargs)
         self.average_across_timesteps = average_across_timesteps
         self.average_across_batch = average_across_batch
         self.sum_over_timesteps = sum_over_timesteps
         self.sum_over_batch = sum_over_batch
+        self.label_smoothing = float(label_smoothing)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         if sample_weight is None:
@@ -136,10 +155,13 @@ class SequenceLoss(keras.losses.Loss):
             average_across_batch=self.average_across_batch,
             sum_over_timesteps=self.sum_over_timesteps,
             sum_over_batch=self.sum_over_batch,
+            label_smoothing=self.label_smoothing,
         )
 
     def call(self, y_true, y_pred):
-        return sequence_loss(y_pred, y_true, average_across_timesteps=False, average_across_batch=False)
+        return sequence_loss(
+            y_pred, y_true, average_across_timesteps=False, average_across_batch=False, label_smoothing=self.label_smoothing
+        )
 
     def get_config(self):
         config = super().get_config()
@@ -150,6 +172,7 @@ class SequenceLoss(keras.losses.Loss):
                 "average_across_batch": self.average_across_batch,
                 "sum_over_timesteps": self.sum_over_timesteps,
                 "sum_over_batch": self.sum_over_batch,
+                "label_smoothing": self.label_smoothing,
             }
         )
         return config

@@ -95,3 +95,24 @@ def test_shape_errors(batch):
         sequence_loss(logits[..., 0], targets)
     with pytest.raises(ValueError, match=r"`weights` must have shape \(batch, time\); got shape \(3,\)"):
         sequence_loss(logits, targets, weights[:, 0])
+
+
+def test_label_smoothing_matches_the_smoothed_target_distribution(batch):
+    logits, targets, weights = batch
+    smoothing, vocabulary = 0.1, logits.shape[-1]
+    shifted = logits.astype(np.float64) - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    target = np.full(log_probs.shape, smoothing / vocabulary)
+    np.put_along_axis(target, targets[..., None], 1 - smoothing + smoothing / vocabulary, -1)
+    want = ((-(target * log_probs).sum(-1)) * weights).sum() / weights.sum()
+    np.testing.assert_allclose(sequence_loss(logits, targets, weights, label_smoothing=smoothing), want, rtol=1e-5)
+    loss = SequenceLoss.from_config(SequenceLoss(label_smoothing=smoothing).get_config())
+    np.testing.assert_allclose(loss(targets, logits, sample_weight=weights), want, rtol=1e-5)
+
+
+def test_weights_of_another_shape_are_refused(batch):
+    logits, targets, weights = batch
+    with pytest.raises(ValueError, match=r"`weights` must have the shape of `targets` \(3, 4\); got \(3, 3\)"):
+        sequence_loss(logits, targets, weights[:, :3])
+    with pytest.raises(ValueError, match=r"`label_smoothing` must be a number in \[0, 1\); got 1.0"):
+        SequenceLoss(label_smoothing=1.0)
