@@ -416,3 +416,58 @@ def test_inference_decoder_reads_the_memory_keras_mask():
     alignments = np.asarray(model(np.array([[3, 4, 0, 0, 0]], "int32"))["alignments"])
     assert (alignments[0, :, 2:] == 0).all()
     assert alignments[0, 0, :2].sum() == pytest.approx(1.0, abs=1e-5)
+
+
+# ------------------------------------------------- what a seq2seq user builds
+
+
+def test_inference_decoder_runs_a_sequential_read_out_trained_on_sequences():
+    # The read-out a training model builds on (batch, time, features), with
+    # dropout in it, decodes as it trains.
+    rng = np.random.default_rng(13)
+    source = keras.Input((None,), dtype="int32")
+    target_in = keras.Input((None,), dtype="int32")
+    memory = keras.layers.Embedding(9, DM, mask_zero=True)(source)
+    cell = ka.AttentionLSTMCell(UNITS, ka.AdditiveAttention(4))
+    embedding = keras.layers.Embedding(9, DY, mask_zero=True)
+    readout = keras.Sequential([keras.layers.Dense(8, activation="tanh"), keras.layers.Dropout(0.3), keras.layers.Dense(9)])
+    trainer = keras.Model([source, target_in], readout(ka.AttentionDecoder(cell)(embedding(target_in), memory)))
+    randomize_model(trainer, rng)
+    decoded = keras.Model(source, ka.InferenceDecoder(cell, embedding, readout, 1, 2, 6)(memory))
+    sources = token_batch(rng, 3, 5, 9, 2)
+    ids = np.asarray(decoded(sources)["ids"])
+    # Teacher-forcing the decoded prefix reproduces each greedy choice.
+    inputs = np.concatenate([np.ones((3, 1), "int32"), ids[:, :-1]], 1)
+    logits = np.asarray(trainer([sources, inputs]))
+    lengths = np.asarray(decoded(sources)["lengths"])
+    for b in range(3):
+        np.testing.assert_array_equal(logits[b, : lengths[b]].argmax(-1), ids[b, : lengths[b]])
+
+
+def test_wrapper_starts_from_the_wrapped_cells_states_alone():
+    rng = np.random.default_rng(14)
+    memory = rng.normal(size=(B, TS, DM)).astype("float32")
+    inputs = rng.normal(size=(B, TT, DY)).astype("float32")
+    h, c = (rng.normal(size=(B, UNITS)).astype("float32") for _ in range(2))
+    cell = ka.AttentionWrapper(keras.layers.LSTMCell(UNITS), ka.AdditiveAttention(4), attention_layer_size=5)
+    decoder = ka.AttentionDecoder(cell)
+    given_all = decoder(inputs, memory, initial_state=[h, c, np.zeros((B, 5), "float32")])
+    np.testing.assert_allclose(decoder(inputs, memory, initial_state=[h, c]), given_all, atol=1e-6)
+    with pytest.raises(ValueError, match=r"`initial_state` must hold 2 or 3 tensor\(s\) \(sizes \[7, 7, 5\]\); got 1"):
+        decoder(inputs, memory, initial_state=[h])
+
+
+@pytest.mark.parametrize("method", ["greedy", "sample", "beam"])
+def test_decoding_without_alignments_gives_the_same_ids(method):
+    rng = np.random.default_rng(15)
+    cell, embedding, output_layer, memory = trained_parts(rng)
+    options = dict(method=method, beam_width=3, seed=4)
+    full = ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, 6, **options)(memory)
+    lean_decoder = ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, 6, return_alignments=False, **options)
+    lean = lean_decoder(memory)
+    assert "alignments" not in lean and "alignments" in full
+    assert set(lean_decoder.compute_output_spec(keras.KerasTensor((None, TS, DM)))) == set(lean)
+    for key in lean:
+        np.testing.assert_allclose(lean[key], full[key], atol=1e-6, err_msg=key)
+    restored = ka.InferenceDecoder.from_config(lean_decoder.get_config())
+    assert restored.return_alignments is False

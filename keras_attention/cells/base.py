@@ -183,15 +183,28 @@ class AttentionCell(keras.layers.Layer):
     def _initial_alignment(self, memory):
         return ops.cast(self.attention.initial_alignment(memory.values), self.compute_dtype)
 
+    @property
+    def optional_state_count(self):
+        """How many trailing recurrent states a user may leave out of
+        `initial_state`; they start at zero (the wrapper's previous attention
+        vector, say)."""
+        return 0
+
     def complete_initial_state(self, recurrent_states, memory):
         """The cell's full initial state from the user's recurrent states."""
         recurrent_states = list(recurrent_states)
-        expected = len(self.recurrent_state_size)
-        if len(recurrent_states) != expected:
+        sizes = self.recurrent_state_size
+        required = len(sizes) - self.optional_state_count
+        if not required <= len(recurrent_states) <= len(sizes):
+            counts = f"{required} or {len(sizes)}" if required != len(sizes) else f"{len(sizes)}"
             raise ValueError(
-                f"{type(self).__name__}: `initial_state` must hold {expected} tensor(s) "
-                f"(sizes {self.recurrent_state_size}); got {len(recurrent_states)}."
+                f"{type(self).__name__}: `initial_state` must hold {counts} tensor(s) "
+                f"(sizes {sizes}); got {len(recurrent_states)}."
             )
+        if recurrent_states:
+            batch = ops.shape(recurrent_states[0])[0]
+            for size in sizes[len(recurrent_states) :]:
+                recurrent_states.append(ops.zeros((batch, size), dtype=self.compute_dtype))
         if self.is_monotonic:
             recurrent_states.append(self._initial_alignment(memory))
         return recurrent_states

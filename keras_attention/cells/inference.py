@@ -26,7 +26,10 @@ class InferenceDecoder(keras.layers.Layer):
 
     Each step embeds the previous token, runs `cell.step` against the memory
     (its keys projected once per call) and turns the cell output into logits
-    with `output_layer`:
+    with `output_layer`. Both layers are called as the teacher-forced model
+    calls them, on a time axis (here of length 1: ids `(N, 1)`, outputs
+    `(N, 1, d)`), so any layer that trains decodes, a `keras.Sequential`
+    read-out with dropout included:
 
         x_t = embedding(y_{t-1});  o_t, state = cell(x_t, state, memory)
         logits_t = output_layer(o_t)   (or output_layer([o_t ; x_t]) with
@@ -42,10 +45,12 @@ class InferenceDecoder(keras.layers.Layer):
     2016, arXiv:1609.08144 (beam search penalties).
 
     Shapes: memory `(B, Ts, dm)`, memory_mask `(B, Ts)` (filled from the
-    memory's Keras mask), initial_state: the cell's states (default zeros). Returns a dict: `ids (B, L)` int32,
-    `scores (B,)`, `lengths (B,)`, `alignments (B, L, Ts)`; with
-    `method="beam"` each gains a beam axis after the batch (`(B, K, L)`, ...)
-    and `log_probs (B, K)` is added, beams sorted best first.
+    memory's Keras mask), initial_state: the cell's states (default zeros;
+    see the cell for which states a user may give). Returns a dict:
+    `ids (B, L)` int32, `scores (B,)`, `lengths (B,)`, `alignments (B, L, Ts)`
+    (with `return_alignments`); with `method="beam"` each gains a beam axis
+    after the batch (`(B, K, L)`, ...) and `log_probs (B, K)` is added, beams
+    sorted best first.
 
     Args:
         cell: an attention cell of this library (built by training, or built
@@ -57,6 +62,8 @@ class InferenceDecoder(keras.layers.Layer):
         beam_width, length_penalty_weight, coverage_penalty_weight: beam search.
         temperature, top_k, seed: sampling.
         output_uses_inputs: feed `[o_t ; x_t]` to `output_layer`.
+        return_alignments: keep and return the alignment history. Off, the
+            loop carries no `(B, L, Ts)` buffer: what a serving model wants.
 
     Example:
 
@@ -86,6 +93,7 @@ class InferenceDecoder(keras.layers.Layer):
         top_k=None,
         seed=None,
         output_uses_inputs=False,
+        return_alignments=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -109,19 +117,20 @@ class InferenceDecoder(keras.layers.Layer):
         self.top_k = top_k
         self.seed = seed
         self.output_uses_inputs = bool(output_uses_inputs)
+        self.return_alignments = bool(return_alignments)
         self.seed_generator = keras.random.SeedGenerator(seed) if method == "sample" else None
         # The outputs have no time axis of the memory: no mask goes on.
         self.supports_masking = True
 
     def build(self, memory_shape):
-        embedded_shape = self.embedding.compute_output_shape((None,))
         if not self.embedding.built:
-            self.embedding.build((None,))
+            self.embedding.build((None, None))
+        embedded_shape = self.embedding.compute_output_shape((None, None))
         if not self.cell.built:
             self.cell.build(embedded_shape, memory_shape)
         if not self.output_layer.built:
             readout = self.cell.output_size + (embedded_shape[-1] if self.output_uses_inputs else 0)
-            self.output_layer.build((None, readout))
+            self.output_layer.build((None, None, readout))
         self.built = True
 
     def call(self, memory, memory_mask=None, initial_state=None, mask=None):
@@ -137,12 +146,20 @@ class InferenceDecoder(keras.layers.Layer):
             )
 
         def step(ids, states):
-            inputs = self.embedding(ids)
+            # The layers see (N, 1, ...): one step of the sequences they
+            # were trained on.
+            inputs = ops.squeeze(self.embedding(ops.expand_dims(ids, 1)), 1)
             output, states, alignment = self.cell.step(inputs, list(states), prepared)
             readout = ops.concatenate([output, ops.cast(inputs, output.dtype)], -1) if self.output_uses_inputs else output
-            return self.output_layer(readout), states, alignment
+            logits = ops.squeeze(self.output_layer(ops.expand_dims(readout, 1)), 1)
+            return logits, states, alignment
 
-        common = dict(start_tokens=self.start_token, end_token=self.end_token, max_length=self.max_length)
+        common = dict(
+            start_tokens=self.start_token,
+            end_token=self.end_token,
+            max_length=self.max_length,
+            return_alignments=self.return_alignments,
+        )
         if self.method == "greedy":
             return greedy_search(step, initial_state, **common)
         if self.method == "sample":
@@ -168,8 +185,9 @@ class InferenceDecoder(keras.layers.Layer):
             "ids": keras.KerasTensor((*lead, self.max_length), dtype="int32"),
             "scores": keras.KerasTensor(lead, dtype="float32"),
             "lengths": keras.KerasTensor(lead, dtype="int32"),
-            "alignments": keras.KerasTensor((*lead, self.max_length, source), dtype="float32"),
         }
+        if self.return_alignments:
+            spec["alignments"] = keras.KerasTensor((*lead, self.max_length, source), dtype="float32")
         if self.method == "beam":
             spec["log_probs"] = keras.KerasTensor(lead, dtype="float32")
         return spec
@@ -192,6 +210,7 @@ class InferenceDecoder(keras.layers.Layer):
                 "top_k": self.top_k,
                 "seed": self.seed,
                 "output_uses_inputs": self.output_uses_inputs,
+                "return_alignments": self.return_alignments,
             }
         )
         return config

@@ -45,7 +45,9 @@ class AttentionWrapper(WeightSettings, AttentionCell):
     attention.
 
     Shapes: inputs `(B, dx)` per step; states: the wrapped cell's states
-    (flattened) then `a_{t-1}` `(B, attention_layer_size or dv)`; memory
+    (flattened) then `a_{t-1}` `(B, attention_layer_size or dv)`; an
+    `initial_state` may give the wrapped cell's states alone (`a_0` is then
+    zero, as when nothing is given); memory
     `(B, Ts, dv)`; output `(B, attention_layer_size or dv)` or the cell's
     output size.
 
@@ -104,6 +106,12 @@ class AttentionWrapper(WeightSettings, AttentionCell):
     @property
     def recurrent_state_size(self):
         return keras.tree.flatten(_state_structure(self.cell)) + [self.attention_size]
+
+    @property
+    def optional_state_count(self):
+        # The previous attention vector: a decoder started from the encoder's
+        # final states gives the wrapped cell's states alone.
+        return 1
 
     @property
     def output_size(self):

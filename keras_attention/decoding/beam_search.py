@@ -24,6 +24,7 @@ def beam_search(
     length_penalty_weight=0.0,
     coverage_penalty_weight=0.0,
     pad_token=None,
+    return_alignments=True,
 ):
     """Beam search inside the graph, as `tfa.seq2seq.BeamSearchDecoder` did.
 
@@ -57,12 +58,16 @@ def beam_search(
         length_penalty_weight: `alpha` (0 disables the length penalty).
         coverage_penalty_weight: `beta` (0 disables it; needs alignments).
         pad_token: id written after a hypothesis ended (default `end_token`).
+        return_alignments: keep the alignment history the step returns
+            (False: no `(batch, beam, max_length, source)` buffer is carried;
+            the coverage penalty still reads each step's alignment).
 
     Returns:
         A dict, beams sorted best first: `ids (batch, beam, max_length)`,
         `scores (batch, beam)` (the score above), `log_probs (batch, beam)`,
         `lengths (batch, beam)` (the end token included) and, when the step
-        returns alignments, `alignments (batch, beam, max_length, source)`.
+        returns alignments and `return_alignments` is on,
+        `alignments (batch, beam, max_length, source)`.
     """
     _loop.check_max_length(max_length)
     if isinstance(beam_width, bool) or not isinstance(beam_width, int) or beam_width < 1:
@@ -95,7 +100,7 @@ def beam_search(
         running = ops.cast(ops.logical_not(finished), "int32")
         candidate_lengths = ops.expand_dims(lengths + running, -1)
         scores = total / length_penalty(candidate_lengths, length_penalty_weight)
-        if alignment is not None:
+        if alignment is not None and (alignments is not None or coverage is not None):
             alignment = ops.reshape(ops.cast(alignment, "float32"), (batch, width, -1))
             alignment = ops.where(ops.expand_dims(finished, -1), 0.0, alignment)
             if coverage is not None:
@@ -119,7 +124,7 @@ def beam_search(
         ids = _loop.write_at(gather_beams(ids, parents), time, tokens, time_axis=2)
         if coverage is not None:
             coverage = gather_beams(coverage, parents)
-        if alignment is not None:
+        if alignments is not None:
             alignments = _loop.write_at(gather_beams(alignments, parents), time, gather_beams(alignment, parents), time_axis=2)
         flat_parents = ops.reshape(row_offsets + parents, (-1,))
         state = keras.tree.map_structure(lambda s: ops.take(s, flat_parents, axis=0), state)
@@ -131,7 +136,8 @@ def beam_search(
     alignments = coverage = None
     if alignment is not None:
         source_length = ops.shape(alignment)[-1]
-        alignments = ops.zeros((batch, width, max_length, source_length), "float32")
+        if return_alignments:
+            alignments = ops.zeros((batch, width, max_length, source_length), "float32")
         if coverage_penalty_weight:  # the coverage is tracked only to be penalised
             coverage = ops.zeros((batch, width, source_length), "float32")
     # Only beam 0 is live at the start, so the first expansion is not counted
@@ -149,7 +155,7 @@ def beam_search(
         alignments,
         coverage,
     )
-    has_alignments = alignment is not None
+    has_alignments = alignments is not None
     # Which of the carried values exist (alignments, coverage) is fixed for
     # the whole loop; the loop carries only those.
     present = [value is not None for value in carried]

@@ -9,7 +9,7 @@ from keras_attention.decoding import _loop
 __all__ = ["greedy_search", "sampling_search"]
 
 
-def _single_path_search(step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token):
+def _single_path_search(step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token, return_alignments):
     _loop.check_max_length(max_length)
     pad_token = end_token if pad_token is None else pad_token
     batch = _loop.batch_size_of(start_tokens, initial_state)
@@ -32,6 +32,8 @@ def _single_path_search(step_fn, initial_state, start_tokens, end_token, max_len
     # The first step runs outside the loop: it tells the alignment length
     # (the memory length), which the alignment buffer must be allocated with.
     logits, state, alignment = _loop.call_step(step_fn, first_ids, initial_state)
+    if not return_alignments:
+        alignment = None
     alignments = None
     if alignment is not None:
         alignments = ops.zeros((batch, max_length, ops.shape(alignment)[-1]), "float32")
@@ -51,6 +53,7 @@ def _single_path_search(step_fn, initial_state, start_tokens, end_token, max_len
 
     def body(time, token, state, finished, scores, lengths, out_ids, *maybe_alignments):
         logits, state, alignment = _loop.call_step(step_fn, token, state)
+        alignment = alignment if maybe_alignments else None
         alignments = maybe_alignments[0] if maybe_alignments else None
         token, finished, scores, lengths, out_ids, alignments = advance(
             time, logits, alignment, finished, scores, lengths, out_ids, alignments
@@ -67,7 +70,7 @@ def _single_path_search(step_fn, initial_state, start_tokens, end_token, max_len
     return result
 
 
-def greedy_search(step_fn, initial_state, start_tokens, end_token, max_length, pad_token=None):
+def greedy_search(step_fn, initial_state, start_tokens, end_token, max_length, pad_token=None, return_alignments=True):
     """Greedy decoding inside the graph: at each step take the most likely token.
 
     `step_fn(ids, state) -> (logits, state)` (or `(logits, state, alignment)`)
@@ -84,19 +87,23 @@ def greedy_search(step_fn, initial_state, start_tokens, end_token, max_length, p
         end_token: the id that ends a sequence.
         max_length: a Python int, the most tokens to produce.
         pad_token: the id written after a sequence ended (default: `end_token`).
+        return_alignments: keep the alignments the step returns (False: the
+            loop carries no alignment buffer).
 
     Returns:
         A dict: `ids (batch, max_length)` int32; `scores (batch,)` the sum of
         the log-probabilities of the produced tokens; `lengths (batch,)` the
         number of tokens produced, the end token included; and, when the step
-        returns alignments, `alignments (batch, max_length, source_length)`
-        (zero after the end).
+        returns alignments and `return_alignments` is on,
+        `alignments (batch, max_length, source_length)` (zero after the end).
     """
 
     def choose(log_probs):
         return ops.cast(ops.top_k(log_probs, 1)[1][:, 0], "int32")
 
-    return _single_path_search(step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token)
+    return _single_path_search(
+        step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token, return_alignments
+    )
 
 
 def sampling_search(
@@ -109,6 +116,7 @@ def sampling_search(
     top_k=None,
     seed=None,
     pad_token=None,
+    return_alignments=True,
 ):
     """Sampling decoding inside the graph: each token drawn from the model.
 
@@ -119,8 +127,8 @@ def sampling_search(
     log-probabilities under the model itself (temperature 1, no truncation).
 
     Args:
-        step_fn, initial_state, start_tokens, end_token, max_length, pad_token:
-            as in `greedy_search`.
+        step_fn, initial_state, start_tokens, end_token, max_length, pad_token,
+        return_alignments: as in `greedy_search`.
         temperature: > 0; below 1 sharpens, above 1 flattens the distribution.
         top_k: keep only the k most likely tokens at each step (None: all).
         seed: an int or a `keras.random.SeedGenerator`. Inside a compiled
@@ -144,4 +152,6 @@ def sampling_search(
         uniform = keras.random.uniform(ops.shape(logits), minval=tiny, maxval=1.0, seed=seed)
         return ops.cast(ops.top_k(logits - ops.log(-ops.log(uniform)), 1)[1][:, 0], "int32")
 
-    return _single_path_search(step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token)
+    return _single_path_search(
+        step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token, return_alignments
+    )
