@@ -53,6 +53,17 @@ def test_build_sorts_tokens_after_the_special_ones_and_drops_rare_ones():
     assert Vocabulary.build(["ba", "ab"]).tokens == ["<pad>", "a", "b"]
 
 
+def test_unicode_normalization_splits_syllables_and_accents():
+    korean = Vocabulary.build(["한국", "국어"], normalization="NFD")
+    # padding and eight jamo (initial, medial and final forms differ) where
+    # the three syllables would be three tokens without normalization
+    assert len(korean) == 1 + 8 and len(Vocabulary.build(["한국", "국어"])) == 1 + 3
+    np.testing.assert_array_equal(korean.encode("국"), korean.encode("\u1100\u116e\u11a8"))
+    accents = Vocabulary.build(["été"], normalization="NFD")
+    assert accents.tokens == ["<pad>", "e", "t", "\u0301"]
+    assert Vocabulary.from_config(accents.get_config()).encode("été").tolist() == [[1, 3, 2, 1, 3]]
+
+
 def test_config_and_file_round_trip(tmp_path):
     assert Vocabulary.from_config(PHONES.get_config()) == PHONES
     LETTERS.save(tmp_path / "letters.json")
@@ -95,6 +106,7 @@ def test_pad_sequences():
         (lambda: PHONES.decode([[1, 99]]), r"id 99 is outside \[0, 9\)"),
         (lambda: n_best({"ids": np.zeros((2, 3))}, PHONES), r"must be beam output \(batch, beam, length\); got shape \(2, 3\)"),
         (lambda: Vocabulary.from_config({"tokens": ["<pad>", "a"], "sep": " "}), r"unknown keys \['sep'\]"),
+        (lambda: Vocabulary(["<pad>", "a"], normalization="nfd"), r"`normalization` must be None or one of NFC, NFD, NFKC, NFKD; got 'nfd'"),
     ],
 )
 def test_errors_name_the_argument(make, message):
