@@ -47,7 +47,9 @@ class LengthBucketedBatches(keras.utils.PyDataset):
     and the batches are shuffled; every array of a batch is right-padded
     with 0 to the batch's longest sequence (rounded up to a multiple of
     `length_multiple`, which bounds the number of distinct shapes: each one
-    is a separate XLA compilation).
+    is a separate XLA compilation). The first two batches are chosen so
+    that their shapes differ in every dimension that varies at all: Keras
+    infers which dimensions vary from the first two batches it sees.
 
     Args:
         inputs: the model's inputs: one list of id sequences (lists or 1-D
@@ -71,10 +73,12 @@ class LengthBucketedBatches(keras.utils.PyDataset):
 
     ```python
     words = [[3, 4], [5, 6, 7, 8], [3], [4, 5, 6]]
-    phones = [[9, 2], [9, 8, 2], [7, 2], [8, 8, 2]]
-    batches = LengthBucketedBatches(words, phones, batch_size=2, seed=0)
+    labels = [[1, 2], [2, 2, 1, 1], [1], [2, 1, 2]]
+    batches = keras_attention.batching.LengthBucketedBatches(words, labels, batch_size=2, seed=0)
     x, y = batches[0]   # two words of similar length, padded to the longer one
-    model.fit(batches, epochs=3)
+    model = keras.Sequential([keras.layers.Embedding(9, 4, mask_zero=True), keras.layers.Dense(3)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(batches, epochs=2, verbose=0)
     ```
     """
 
@@ -133,14 +137,39 @@ class LengthBucketedBatches(keras.utils.PyDataset):
         batches = [order[i : i + self.batch_size] for i in range(0, self.size, self.batch_size)]
         if self.shuffle:
             self._rng.shuffle(batches)
+        if len(batches) > 2:
+            first, second = self._varying_pair(batches)
+            rest = [b for i, b in enumerate(batches) if i not in (first, second)]
+            batches = [batches[first], batches[second]] + rest
         return batches
+
+    def _varying_pair(self, batches):
+        """Two batches whose shapes differ wherever any two batches' shapes do.
+
+        Keras reads which dimensions vary from the first two batches it sees
+        and fixes the others; a length fixed that way would make every later
+        batch of another length fail inside `fit`.
+        """
+        columns = self._columns + ([self._targets] if self._targets is not None else [])
+        shapes = np.array(
+            [[len(rows)] + [self._padded_length([column[i] for i in rows]) for column in columns] for rows in batches]
+        )
+        varying = np.array([len(set(shapes[:, c])) > 1 for c in range(shapes.shape[1])])
+        for first in np.argsort(shapes[:, 0], kind="stable"):  # a partial batch first: it varies the batch size
+            differs = np.all((shapes != shapes[first])[:, varying], axis=1)
+            if differs.any():
+                return int(first), int(np.flatnonzero(differs)[0])
+        return 0, 1
+
+    def _padded_length(self, rows):
+        longest = max(max((len(row) for row in rows), default=0), 1)
+        return -(-longest // self.length_multiple) * self.length_multiple
 
     def __len__(self):
         return math.ceil(self.size / self.batch_size)
 
     def _pad(self, rows):
-        longest = max(max((len(row) for row in rows), default=0), 1)
-        return pad_sequences(rows, length=-(-longest // self.length_multiple) * self.length_multiple)
+        return pad_sequences(rows, length=self._padded_length(rows))
 
     def __getitem__(self, index):
         if not 0 <= index < len(self):

@@ -59,7 +59,10 @@ def test_shuffling_is_seeded_and_off_gives_a_fixed_sorted_order():
     assert not np.array_equal(first, shuffled.example_order)
     fixed = LengthBucketedBatches(sources, batch_size=8, shuffle=False)
     order = fixed.example_order
-    assert [len(sources[i]) for i in order] == sorted(map(len, sources))
+    # Unshuffled, the batches are the sorted runs (the two that lead are
+    # the shape probes for Keras; see the next test).
+    runs = sorted(([len(sources[i]) for i in rows] for rows in fixed._batches), key=lambda run: (min(run), max(run)))
+    assert sum(runs, []) == sorted(map(len, sources))
     fixed.on_epoch_end()
     np.testing.assert_array_equal(order, fixed.example_order)
 
@@ -114,3 +117,18 @@ def test_target_weights_mark_the_real_target_steps():
 def test_errors(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_keras_sees_every_length_dimension_as_variable():
+    # Keras fixes any dimension the first two batches share; a fixed length
+    # would make every later batch of another length fail inside `fit`.
+    from keras.src.trainers.data_adapters import data_adapter_utils  # what fit itself calls
+
+    rng = np.random.default_rng(5)
+    sources, targets = ragged(rng, 250, high=20), ragged(rng, 250, high=20)
+    batches = LengthBucketedBatches((sources, targets), targets, batch_size=32, seed=1)
+    for _ in range(3):
+        spec = data_adapter_utils.get_keras_tensor_spec([batches[0], batches[1]])
+        for tensor in keras.tree.flatten(spec):
+            assert tensor.shape == (None, None), tensor.shape
+        batches.on_epoch_end()
