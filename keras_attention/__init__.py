@@ -5,7 +5,7 @@ Every layer is a registered, serialisable `keras.layers.Layer` written with
 and export to TensorFlow SavedModel and ONNX.
 """
 
-from keras_attention import decoding, losses, models, ops
+from keras_attention import batching, decoding, evaluation, losses, models, ops, text
 from keras_attention.cells import (
     AttentionDecoder,
     AttentionGRUCell,
@@ -59,7 +59,9 @@ __all__ = [
     "SelfAttention",
     "SequenceLoss",
     "TargetedAttention",
+    "batching",
     "decoding",
+    "evaluation",
     "export_model",
     "losses",
     "masked_softmax",
@@ -68,4 +70,5 @@ __all__ = [
     "plot_attention",
     "sequence_loss",
     "sequence_mask",
+    "text",
 ]

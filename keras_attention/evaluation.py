@@ -41,7 +41,8 @@ def error_rates(predictions, references):
     Example:
 
     ```python
-    error_rates([["K", "AE", "T"], ["D", "AA"]], [["K", "AE", "T"], [["D", "AO", "G"], ["D", "AA", "G"]]])
+    keras_attention.evaluation.error_rates(
+        [["K", "AE", "T"], ["D", "AA"]], [["K", "AE", "T"], [["D", "AO", "G"], ["D", "AA", "G"]]])
     # {"sequence_error_rate": 50.0, "token_error_rate": 16.67, "examples": 2}
     ```
     """

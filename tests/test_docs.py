@@ -34,7 +34,14 @@ def test_docstring_has_formula_paper_shapes_and_a_running_example(cls):
 
 @pytest.mark.parametrize(
     "function",
-    [keras_attention.masked_softmax, keras_attention.sequence_mask, keras_attention.plot_attention],
+    [
+        keras_attention.masked_softmax,
+        keras_attention.sequence_mask,
+        keras_attention.plot_attention,
+        keras_attention.text.Vocabulary,
+        keras_attention.batching.LengthBucketedBatches,
+        keras_attention.evaluation.error_rates,
+    ],
     ids=lambda f: f.__name__,
 )
 def test_function_examples_run(function):
