@@ -106,11 +106,16 @@ def additive_score(projected_query, projected_key, vector, activation=ops.tanh, 
         if query_length is not None and query_length <= rows:
             return _dense_score(projected_query, projected_key, vector, activation)
         return _chunked_score(projected_query, projected_key, vector, activation, rows)
-    # "auto" with shapes known only at run time: decide there.
+    # "auto" with shapes known only at run time: decide there. The chunked
+    # side is rematerialised as a whole: its gradient then recomputes the
+    # chunk loop instead of reading the loop's saved state (TensorLists) out
+    # of the conditional, state that XLA cannot stand in for on the side not
+    # taken (a DT_VARIANT FakeParam, which it does not compile).
+    chunked = keras.remat(lambda query, key, vec: _chunked_score(query, key, vec, activation, rows))
     return ops.cond(
         rows >= ops.shape(projected_query)[1],
         lambda: _dense_score(projected_query, projected_key, vector, activation),
-        lambda: _chunked_score(projected_query, projected_key, vector, activation, rows),
+        lambda: chunked(projected_query, projected_key, vector),
     )
 
 
