@@ -1,5 +1,7 @@
 """Attention decoder cells, AttentionDecoder and InferenceDecoder."""
 
+import threading
+
 import keras
 import numpy as np
 import onnxruntime
@@ -250,6 +252,48 @@ def test_user_rnn_with_a_bound_memory_equals_the_decoder():
     with cell.bind(cell.prepare_memory(memory, mask)):
         got = keras.layers.RNN(cell, return_sequences=True)(inputs)
     np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+def _decoder_and_model(rng, memory):
+    cell = ka.AttentionGRUCell(UNITS, ka.AdditiveAttention(4))
+    decoder = ka.AttentionDecoder(cell, return_alignments=True)
+    targets_in = keras.Input((None, DY))
+    memory_in = keras.Input((None, DM))
+    model = keras.Model([targets_in, memory_in], decoder(targets_in, memory_in))
+    randomize(cell, rng)
+    return cell, {"decoder": lambda x, m: decoder(x, m), "model": lambda x, m: model([x, m])}
+
+
+@pytest.mark.parametrize("caller", ["decoder", "model"])
+def test_concurrent_calls_from_two_threads_each_read_their_own_memory(caller):
+    rng = np.random.default_rng(16)
+    inputs = rng.normal(size=(B, TT, DY)).astype("float32")
+    memories = [rng.normal(size=(B, TS, DM)).astype("float32") for _ in range(2)]
+    cell, callers = _decoder_and_model(rng, memories[0])
+    call = callers[caller]
+    want = [[np.asarray(x) for x in call(inputs, memory)] for memory in memories]
+    assert not np.allclose(want[0][0], want[1][0])
+    got = [[], []]
+    start = threading.Barrier(2)
+
+    def work(index):
+        start.wait()
+        for _ in range(20):
+            got[index].append([np.asarray(x) for x in call(inputs, memories[index])])
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index in range(2):
+        assert len(got[index]) == 20
+        for outputs in got[index]:
+            for value, expected in zip(outputs, want[index]):
+                np.testing.assert_allclose(value, expected, atol=1e-6)
+    # Nothing stays bound once the calls are over.
+    with pytest.raises(ValueError, match=r"has no memory to attend to"):
+        keras.layers.RNN(cell)(inputs)
 
 
 # ----------------------------------------------------------- Keras integration

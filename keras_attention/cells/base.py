@@ -10,10 +10,15 @@ step) and either
 - bound around a `keras.layers.RNN` call: `with cell.bind(memory): rnn(...)`,
   which is what `AttentionDecoder` does for teacher-forced training. The
   tensors are captured by the RNN's loop, not carried as states.
+
+A binding belongs to the thread that made it and ends with its `with`
+block: one cell (or one decoder, or one model) called from several threads
+at once reads each thread's own memory, and nothing is left bound after.
 """
 
 import collections
 import contextlib
+import threading
 
 import keras
 from keras import ops
@@ -28,6 +33,19 @@ AttentionMemory.__doc__ = """The encoder memory prepared for a decoder cell.
 Fields: `values (B, Ts, dv)`, `keys` (the attention's projected keys,
 computed once per sequence) and `mask (B, Ts)` boolean (or None).
 """
+
+
+# {id(cell): (memory, with_alignments)} for the bindings open in this thread.
+# Kept outside the cells: a binding on the instance would be shared by every
+# thread calling the cell, each reading whichever memory was bound last.
+_thread_state = threading.local()
+
+
+def _bindings():
+    table = getattr(_thread_state, "bindings", None)
+    if table is None:
+        table = _thread_state.bindings = {}
+    return table
 
 
 def attention_cell(layer, cell):
@@ -74,7 +92,6 @@ class AttentionCell(keras.layers.Layer):
         if not self.attention.built:
             # One dtype policy for the cell and its attention.
             self.attention.dtype_policy = self.dtype_policy
-        self._bound = None
 
     # ------------------------------------------------------------------ build
 
@@ -116,14 +133,19 @@ class AttentionCell(keras.layers.Layer):
 
     @contextlib.contextmanager
     def bind(self, memory, with_alignments=False):
-        """Make `call` read `memory`; with `with_alignments`, `call` outputs
-        `[output ; alignment]` so an RNN collects the alignment history."""
-        previous = self._bound
-        self._bound = (memory, with_alignments)
+        """Make `call` read `memory` in this thread until the block ends; with
+        `with_alignments`, `call` outputs `[output ; alignment]` so an RNN
+        collects the alignment history. Other threads do not see it."""
+        table, key = _bindings(), id(self)
+        previous = table.get(key)
+        table[key] = (memory, with_alignments)
         try:
             yield self
         finally:
-            self._bound = previous
+            if previous is None:
+                del table[key]
+            else:
+                table[key] = previous
 
     @property
     def is_monotonic(self):
@@ -220,14 +242,15 @@ class AttentionCell(keras.layers.Layer):
         return self.complete_initial_state(initial_state, memory)
 
     def call(self, inputs, states, training=None):
-        if self._bound is None:
+        bound = _bindings().get(id(self))
+        if bound is None:
             raise ValueError(
                 f"{type(self).__name__} has no memory to attend to. Run it through "
                 "`AttentionDecoder`, call `cell.step(inputs, states, memory)` with "
                 "`memory = cell.prepare_memory(values, mask)`, or wrap your RNN call in "
                 "`with cell.bind(memory):`."
             )
-        memory, with_alignments = self._bound
+        memory, with_alignments = bound
         output, new_states, alignment = self.step(inputs, list(states), memory, training=training)
         if with_alignments:
             output = ops.concatenate([output, ops.cast(alignment, output.dtype)], axis=-1)
