@@ -11,6 +11,7 @@ import numpy as np
 from keras import ops
 
 from keras_attention._precision import softmax_dtype
+from keras_attention.layers import _checks
 
 __all__ = ["masked_softmax", "sequence_mask"]
 
@@ -100,8 +101,8 @@ def sequence_mask(lengths, maxlen=None):
             "sequence_mask: `lengths` must be a rank-1 tensor of shape "
             f"(batch,); got shape {tuple(lengths.shape)}."
         )
-    if isinstance(maxlen, int) and maxlen < 0:
-        raise ValueError(f"sequence_mask: `maxlen` must be >= 0; got {maxlen}.")
+    if _checks.is_int(maxlen):
+        maxlen = _checks.check_int("sequence_mask", "maxlen", maxlen, 0)
     lengths = ops.cast(lengths, "int32")
     if maxlen is None:
         maxlen = ops.max(lengths)

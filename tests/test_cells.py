@@ -515,3 +515,36 @@ def test_decoding_without_alignments_gives_the_same_ids(method):
         np.testing.assert_allclose(lean[key], full[key], atol=1e-6, err_msg=key)
     restored = ka.InferenceDecoder.from_config(lean_decoder.get_config())
     assert restored.return_alignments is False
+
+
+def _inference_decoder(**options):
+    cell = ka.AttentionGRUCell(4, ka.GeneralAttention())
+    return ka.InferenceDecoder(cell, keras.layers.Embedding(7, 3), keras.layers.Dense(7), 1, 2, 5, **options)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"temperature": 0}, r"InferenceDecoder: `temperature` must be a finite number > 0; got 0"),
+        ({"temperature": -1.0}, r"`temperature` must be a finite number > 0; got -1.0"),
+        ({"temperature": float("nan")}, r"`temperature` must be a finite number > 0; got nan"),
+        ({"top_k": 0}, r"InferenceDecoder: `top_k` must be a positive integer or None; got 0"),
+        ({"top_k": 2.5}, r"`top_k` must be a positive integer or None; got 2.5"),
+        ({"length_penalty_weight": -0.5}, r"`length_penalty_weight` must be a finite number >= 0; got -0.5"),
+        ({"length_penalty_weight": float("nan")}, r"`length_penalty_weight` must be a finite number >= 0; got nan"),
+        ({"coverage_penalty_weight": float("inf")}, r"`coverage_penalty_weight` must be a finite number >= 0; got inf"),
+        ({"beam_width": 0}, r"`beam_width` must be a positive integer; got 0"),
+    ],
+)
+def test_inference_decoder_checks_every_option_when_constructed(options, message):
+    # Whatever the method: the options are refused where they are given, not
+    # at the first predict, from inside the decoding loop.
+    with pytest.raises(ValueError, match=message):
+        _inference_decoder(method="greedy", **options)
+    config = _inference_decoder(method="sample").get_config()
+    config.update(options)
+    # Keras's from_config re-raises a constructor's error as a TypeError
+    # that quotes it.
+    with pytest.raises((ValueError, TypeError), match=message):
+        ka.InferenceDecoder.from_config(config)
+

@@ -98,5 +98,5 @@ def test_sequence_mask():
 def test_sequence_mask_errors():
     with pytest.raises(ValueError, match=r"`lengths` must be a rank-1 tensor.*\(2, 2\)"):
         sequence_mask(np.ones((2, 2), "int32"))
-    with pytest.raises(ValueError, match=r"`maxlen` must be >= 0; got -1"):
+    with pytest.raises(ValueError, match=r"sequence_mask: `maxlen` must be an integer >= 0; got -1"):
         sequence_mask([1], maxlen=-1)

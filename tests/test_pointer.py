@@ -511,7 +511,7 @@ def test_mixed_precision_network():
         (lambda: PointerNetwork(0), r"PointerNetwork: `units` must be a positive integer; got 0"),
         (lambda: PointerNetwork(4, beam_width=0), r"`beam_width` must be a positive integer or None; got 0"),
         (lambda: PointerNetwork(4, max_length=2.5), r"`max_length` must be a positive integer or None; got 2.5"),
-        (lambda: PointerNetwork(4, length_penalty_weight=-1), r"`length_penalty_weight` must be a number >= 0; got -1"),
+        (lambda: PointerNetwork(4, length_penalty_weight=-1), r"`length_penalty_weight` must be a finite number >= 0; got -1"),
         (lambda: PointerNetwork(4)(np.zeros((2, 5, 1), "float32")), r"decoding needs `max_length`.*got None"),
         (lambda: PointerNetwork(4, max_length=3)(np.zeros((2, 5), "float32")), r"`inputs` must have rank 3 \(batch, Ts, d\); got shape \(2, 5\)"),
         (lambda: PointerNetwork(4)([np.zeros((2, 5, 1), "float32"), np.zeros((2, 3, 1), "int32")]), r"`targets` must have rank 2 \(batch, M\) of pointer ids; got shape \(2, 3, 1\)"),

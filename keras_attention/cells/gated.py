@@ -20,8 +20,7 @@ class GatedAttentionCell(WeightSettings, AttentionCell):
 
     def __init__(self, units, attention, kernel_initializer="glorot_uniform", kernel_regularizer=None, **kwargs):
         super().__init__(attention, **kwargs)
-        _checks.check_positive_int(self, "units", units)
-        self.units = units
+        self.units = _checks.check_positive_int(self, "units", units)
         self._set_weight_settings(kernel_initializer, kernel_regularizer)
 
     @property

@@ -98,23 +98,22 @@ class InferenceDecoder(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         _checks.check_choice(self, "method", method, _METHODS)
-        for argument, value in (("start_token", start_token), ("end_token", end_token)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"InferenceDecoder: `{argument}` must be an integer id >= 0; got {value!r}.")
-        _checks.check_positive_int(self, "max_length", max_length)
-        _checks.check_positive_int(self, "beam_width", beam_width)
+        # Every option is checked here, whichever method uses it: a bad value
+        # is a mistake now, not at the first predict, deep in the loop.
+        self.start_token = _checks.check_int(self, "start_token", start_token, 0, "an integer id")
+        self.end_token = _checks.check_int(self, "end_token", end_token, 0, "an integer id")
+        self.max_length = _checks.check_positive_int(self, "max_length", max_length)
+        self.beam_width = _checks.check_positive_int(self, "beam_width", beam_width)
+        self.length_penalty_weight = _checks.check_number(self, "length_penalty_weight", length_penalty_weight, minimum=0)
+        self.coverage_penalty_weight = _checks.check_number(
+            self, "coverage_penalty_weight", coverage_penalty_weight, minimum=0
+        )
+        self.temperature = _checks.check_number(self, "temperature", temperature, minimum=0, strict=True)
+        self.top_k = _checks.check_positive_int(self, "top_k", top_k, allow_none=True)
         self.cell = attention_cell(self, cell)
         self.embedding = _layer(self, "embedding", embedding)
         self.output_layer = _layer(self, "output_layer", output_layer)
-        self.start_token = start_token
-        self.end_token = end_token
-        self.max_length = max_length
         self.method = method
-        self.beam_width = beam_width
-        self.length_penalty_weight = float(length_penalty_weight)
-        self.coverage_penalty_weight = float(coverage_penalty_weight)
-        self.temperature = float(temperature)
-        self.top_k = top_k
         self.seed = seed
         self.output_uses_inputs = bool(output_uses_inputs)
         self.return_alignments = bool(return_alignments)

@@ -92,9 +92,10 @@ class AttentionWrapper(WeightSettings, AttentionCell):
                 "AttentionWrapper: `cell` must be a Keras RNN cell (a Layer with a "
                 f"`state_size`, such as keras.layers.GRUCell(32)); got {cell!r}."
             )
-        _checks.check_positive_int(self, "attention_layer_size", attention_layer_size, allow_none=True)
         self.cell = cell
-        self.attention_layer_size = attention_layer_size
+        self.attention_layer_size = _checks.check_positive_int(
+            self, "attention_layer_size", attention_layer_size, allow_none=True
+        )
         self.output_attention = bool(output_attention)
         self.input_feeding = bool(input_feeding)
         self._set_weight_settings(kernel_initializer, kernel_regularizer)

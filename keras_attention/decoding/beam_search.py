@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_attention.decoding import _loop
 from keras_attention.decoding.beams import tile_batch
+from keras_attention.layers import _checks
 
 __all__ = ["beam_search", "length_penalty"]
 
@@ -69,13 +70,13 @@ def beam_search(
         returns alignments and `return_alignments` is on,
         `alignments (batch, beam, max_length, source)`.
     """
-    _loop.check_max_length(max_length)
-    if isinstance(beam_width, bool) or not isinstance(beam_width, int) or beam_width < 1:
-        raise ValueError(f"beam_search: `beam_width` must be a positive integer; got {beam_width!r}.")
-    for name, weight in (("length_penalty_weight", length_penalty_weight), ("coverage_penalty_weight", coverage_penalty_weight)):
-        if not isinstance(weight, (int, float)) or weight < 0:
-            raise ValueError(f"beam_search: `{name}` must be a number >= 0; got {weight!r}.")
-    pad_token = end_token if pad_token is None else pad_token
+    max_length = _loop.check_max_length(max_length)
+    beam_width = _checks.check_positive_int("beam_search", "beam_width", beam_width)
+    length_penalty_weight = _checks.check_number("beam_search", "length_penalty_weight", length_penalty_weight, minimum=0)
+    coverage_penalty_weight = _checks.check_number(
+        "beam_search", "coverage_penalty_weight", coverage_penalty_weight, minimum=0
+    )
+    end_token, pad_token = _loop.check_tokens(end_token, pad_token)
     width = beam_width
     batch = _loop.batch_size_of(start_tokens, initial_state)
     first_ids = ops.repeat(_loop.start_ids(start_tokens, batch), width, axis=0)

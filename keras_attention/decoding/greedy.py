@@ -5,13 +5,14 @@ import numpy as np
 from keras import ops
 
 from keras_attention.decoding import _loop
+from keras_attention.layers import _checks
 
 __all__ = ["greedy_search", "sampling_search"]
 
 
 def _single_path_search(step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token, return_alignments):
-    _loop.check_max_length(max_length)
-    pad_token = end_token if pad_token is None else pad_token
+    max_length = _loop.check_max_length(max_length)
+    end_token, pad_token = _loop.check_tokens(end_token, pad_token)
     batch = _loop.batch_size_of(start_tokens, initial_state)
     first_ids = _loop.start_ids(start_tokens, batch)
 
@@ -137,10 +138,8 @@ def sampling_search(
     Returns:
         As `greedy_search`.
     """
-    if not isinstance(temperature, (int, float)) or not temperature > 0:
-        raise ValueError(f"sampling_search: `temperature` must be a number > 0; got {temperature!r}.")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"sampling_search: `top_k` must be a positive integer or None; got {top_k!r}.")
+    temperature = _checks.check_number("sampling_search", "temperature", temperature, minimum=0, strict=True)
+    top_k = _checks.check_positive_int("sampling_search", "top_k", top_k, allow_none=True)
     seed = seed if isinstance(seed, keras.random.SeedGenerator) else keras.random.SeedGenerator(seed)
     tiny = float(np.finfo("float32").tiny)
 

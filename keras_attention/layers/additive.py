@@ -22,12 +22,12 @@ def check_chunk_size(layer, chunk_size):
     """`chunk_size` must be "auto", None or a positive integer."""
     if chunk_size is None or (isinstance(chunk_size, str) and chunk_size == "auto"):
         return chunk_size
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+    if not _checks.is_int(chunk_size) or chunk_size <= 0:
         raise ValueError(
             f"{type(layer).__name__}: `chunk_size` must be \"auto\", None or a "
             f"positive integer; got {chunk_size!r}."
         )
-    return chunk_size
+    return int(chunk_size)
 
 
 def _dense_score(projected_query, projected_key, vector, activation):
@@ -190,8 +190,7 @@ class AdditiveAttention(WeightSettings, BaseAttention):
         **kwargs,
     ):
         super().__init__(dropout=dropout, seed=seed, **kwargs)
-        _checks.check_positive_int(self, "units", units)
-        self.units = units
+        self.units = _checks.check_positive_int(self, "units", units)
         self.chunk_size = check_chunk_size(self, chunk_size)
         self.use_bias = bool(use_bias)
         self.normalize = bool(normalize)

@@ -112,8 +112,7 @@ class BaseAttention(keras.layers.Layer):
 
     def __init__(self, dropout=0.0, seed=None, **kwargs):
         super().__init__(**kwargs)
-        _checks.check_fraction(self, "dropout", dropout)
-        self.dropout = float(dropout)
+        self.dropout = _checks.check_fraction(self, "dropout", dropout)
         self.seed = seed
         self.supports_masking = True
         self.seed_generator = (

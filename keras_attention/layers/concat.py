@@ -75,8 +75,7 @@ class ConcatAttention(WeightSettings, BaseAttention):
         **kwargs,
     ):
         super().__init__(dropout=dropout, seed=seed, **kwargs)
-        _checks.check_positive_int(self, "units", units, allow_none=True)
-        self.units = units
+        self.units = _checks.check_positive_int(self, "units", units, allow_none=True)
         self.chunk_size = check_chunk_size(self, chunk_size)
         self.activation = keras.activations.get(activation)
         self._set_weight_settings(kernel_initializer, kernel_regularizer)

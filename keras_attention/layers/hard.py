@@ -115,10 +115,7 @@ class HardAttention(BaseAttention):
     ):
         super().__init__(dropout=0.0, seed=seed, **kwargs)
         _checks.check_choice(self, "mode", mode, _MODES)
-        if not isinstance(temperature, (int, float)) or not temperature > 0:
-            raise ValueError(
-                f"HardAttention: `temperature` must be a number > 0; got {temperature!r}."
-            )
+        temperature = _checks.check_number(self, "temperature", temperature, minimum=0, strict=True)
         self.score_layer = _score_layer(self, score, self.dtype_policy)
         self.mode = mode
         self.straight_through = bool(straight_through)

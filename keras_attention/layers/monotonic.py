@@ -121,18 +121,8 @@ class _Monotonic:
 
     def _init_monotonic(self, sigmoid_noise, score_bias_init, mode, seed):
         _checks.check_choice(self, "mode", mode, _MODES)
-        if isinstance(sigmoid_noise, bool) or not isinstance(sigmoid_noise, (int, float)) or not sigmoid_noise >= 0:
-            raise ValueError(
-                f"{type(self).__name__}: `sigmoid_noise` must be a number >= 0; got {sigmoid_noise!r}."
-            )
-        if isinstance(score_bias_init, bool) or not isinstance(score_bias_init, (int, float)) or not np.isfinite(
-            score_bias_init
-        ):
-            raise ValueError(
-                f"{type(self).__name__}: `score_bias_init` must be a finite number; got {score_bias_init!r}."
-            )
-        self.sigmoid_noise = float(sigmoid_noise)
-        self.score_bias_init = float(score_bias_init)
+        self.sigmoid_noise = _checks.check_number(self, "sigmoid_noise", sigmoid_noise, minimum=0)
+        self.score_bias_init = _checks.check_number(self, "score_bias_init", score_bias_init)
         self.mode = mode
         self.noise_seed_generator = keras.random.SeedGenerator(seed) if self.sigmoid_noise > 0 else None
 

@@ -104,17 +104,12 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _checks.check_positive_int(self, "num_heads", num_heads)
-        _checks.check_positive_int(self, "key_dim", key_dim)
-        _checks.check_positive_int(self, "value_dim", value_dim, allow_none=True)
-        _checks.check_positive_int(self, "output_dim", output_dim, allow_none=True)
-        _checks.check_fraction(self, "dropout", dropout)
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.value_dim = value_dim
-        self.dropout = float(dropout)
+        self.num_heads = _checks.check_positive_int(self, "num_heads", num_heads)
+        self.key_dim = _checks.check_positive_int(self, "key_dim", key_dim)
+        self.value_dim = _checks.check_positive_int(self, "value_dim", value_dim, allow_none=True)
+        self.output_dim = _checks.check_positive_int(self, "output_dim", output_dim, allow_none=True)
+        self.dropout = _checks.check_fraction(self, "dropout", dropout)
         self.use_bias = bool(use_bias)
-        self.output_dim = output_dim
         self._set_weight_settings(
             kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
         )

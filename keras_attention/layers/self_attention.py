@@ -124,24 +124,14 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _checks.check_positive_int(self, "units", units)
-        _checks.check_positive_int(self, "window", window, allow_none=True)
-        _checks.check_fraction(self, "dropout", dropout)
-        if (
-            isinstance(regularization_weight, bool)
-            or not isinstance(regularization_weight, (int, float))
-            or not regularization_weight >= 0
-        ):
-            raise ValueError(
-                "SelfAttention: `regularization_weight` must be a number >= 0; "
-                f"got {regularization_weight!r}."
-            )
-        self.units = units
+        self.units = _checks.check_positive_int(self, "units", units)
+        self.window = _checks.check_positive_int(self, "window", window, allow_none=True)
+        self.dropout = _checks.check_fraction(self, "dropout", dropout)
+        self.regularization_weight = _checks.check_number(
+            self, "regularization_weight", regularization_weight, minimum=0
+        )
         self.causal = bool(causal)
-        self.window = window
-        self.regularization_weight = float(regularization_weight)
         self.use_bias = bool(use_bias)
-        self.dropout = float(dropout)
         self.seed = seed
         self._set_weight_settings(
             kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer

@@ -18,11 +18,6 @@ __all__ = ["END", "PointerNetwork"]
 END = 0
 
 
-def _check_number(argument, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"PointerNetwork: `{argument}` must be a number >= 0; got {value!r}.")
-
-
 @keras.saving.register_keras_serializable(package="keras_attention")
 class PointerNetwork(keras.layers.Layer):
     """Pointer network: an LSTM encoder-decoder that points at its inputs.
@@ -105,27 +100,22 @@ class PointerNetwork(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _checks.check_positive_int(self, "units", units)
-        _checks.check_positive_int(self, "attention_units", attention_units, allow_none=True)
-        _checks.check_positive_int(self, "max_length", max_length, allow_none=True)
-        _checks.check_positive_int(self, "beam_width", beam_width, allow_none=True)
-        _check_number("length_penalty_weight", length_penalty_weight)
-        self.units = units
-        self.attention_units = attention_units
+        self.units = _checks.check_positive_int(self, "units", units)
+        self.attention_units = _checks.check_positive_int(self, "attention_units", attention_units, allow_none=True)
+        self.max_length = _checks.check_positive_int(self, "max_length", max_length, allow_none=True)
+        self.beam_width = _checks.check_positive_int(self, "beam_width", beam_width, allow_none=True)
+        self.length_penalty_weight = _checks.check_number(self, "length_penalty_weight", length_penalty_weight, minimum=0)
         self.mask_chosen = bool(mask_chosen)
-        self.max_length = max_length
-        self.beam_width = beam_width
-        self.length_penalty_weight = float(length_penalty_weight)
         self.use_cudnn = use_cudnn
         self.supports_masking = True
         self.encoder = keras.layers.LSTM(
-            units, return_sequences=True, return_state=True, use_cudnn=use_cudnn,
+            self.units, return_sequences=True, return_state=True, use_cudnn=use_cudnn,
             dtype=self.dtype_policy, name="encoder",
         )
         self.decoder = keras.layers.LSTM(
-            units, return_sequences=True, use_cudnn=use_cudnn, dtype=self.dtype_policy, name="decoder"
+            self.units, return_sequences=True, use_cudnn=use_cudnn, dtype=self.dtype_policy, name="decoder"
         )
-        self.pointer = PointerAttention(attention_units or units, dtype=self.dtype_policy, name="pointer")
+        self.pointer = PointerAttention(self.attention_units or self.units, dtype=self.dtype_policy, name="pointer")
 
     # ---------------------------------------------------------------- checks
 
@@ -176,8 +166,10 @@ class PointerNetwork(keras.layers.Layer):
                 "produce with the end included (the longest input + 1 for a "
                 "permutation); got None."
             )
-        _checks.check_positive_int(self, "max_length", max_length)
-        _checks.check_positive_int(self, "beam_width", beam_width, allow_none=True)
+        return (
+            _checks.check_positive_int(self, "max_length", max_length),
+            _checks.check_positive_int(self, "beam_width", beam_width, allow_none=True),
+        )
 
     @staticmethod
     def _inputs_mask(mask):
@@ -304,7 +296,7 @@ class PointerNetwork(keras.layers.Layer):
         """
         max_length = self.max_length if max_length is None else max_length
         beam_width = self.beam_width if beam_width is None else beam_width
-        self._check_decoding(max_length, beam_width)
+        max_length, beam_width = self._check_decoding(max_length, beam_width)
         constants, state = self._decoding_start(inputs, mask)
         positions = ops.shape(constants["valid"])[1]
         if beam_width is None:
