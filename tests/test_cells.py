@@ -548,3 +548,12 @@ def test_inference_decoder_checks_every_option_when_constructed(options, message
     with pytest.raises((ValueError, TypeError), match=message):
         ka.InferenceDecoder.from_config(config)
 
+
+def test_top_k_above_the_vocabulary_samples_from_every_token():
+    memory = np.random.default_rng(17).normal(size=(4, 5, 6)).astype("float32")
+    results = []
+    for top_k in (None, 7, 50):  # the vocabulary has 7 tokens
+        keras.utils.set_random_seed(3)
+        results.append(_inference_decoder(method="sample", top_k=top_k, seed=9)(memory))
+    for result in results[1:]:
+        np.testing.assert_array_equal(result["ids"], results[0]["ids"])

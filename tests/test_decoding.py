@@ -213,6 +213,28 @@ def test_sampling_follows_the_model_distribution_and_respects_top_k():
     np.testing.assert_array_equal(first, again)
 
 
+@pytest.mark.parametrize("temperature", [1e-38, 1e-300])
+def test_sampling_below_the_float32_normal_range_is_argmax(temperature):
+    """1e-38 is a float32 subnormal, 1e-300 a float32 zero: dividing the
+    log-probabilities by either sent every token to -inf, and token 0 won."""
+    rng = np.random.default_rng(11)
+    model = TableModel(rng, batch=6, vocabulary=5, max_time=6)
+    greedy = greedy_search(model, model.state, 1, END, 6)
+    assert (greedy["ids"].numpy() != 0).any()
+    sampled = sampling_search(model, model.state, 1, END, 6, temperature=temperature, seed=2)
+    np.testing.assert_array_equal(sampled["ids"], greedy["ids"])
+    np.testing.assert_allclose(sampled["scores"], greedy["scores"], rtol=1e-6)
+
+
+def test_top_k_of_at_least_the_vocabulary_keeps_every_token():
+    rng = np.random.default_rng(12)
+    model = TableModel(rng, batch=8, vocabulary=5, max_time=4)
+    everything = sampling_search(model, model.state, 1, END, 4, seed=7)
+    for top_k in (5, 50):
+        got = sampling_search(model, model.state, 1, END, 4, top_k=top_k, seed=7)
+        np.testing.assert_array_equal(got["ids"], everything["ids"])
+
+
 def test_decoders_compile_with_xla():
     rng = np.random.default_rng(9)
     model = TableModel(rng, batch=2, vocabulary=4, max_time=5, source_lengths=[3, 5])

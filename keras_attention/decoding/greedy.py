@@ -142,10 +142,21 @@ def sampling_search(
     top_k = _checks.check_positive_int("sampling_search", "top_k", top_k, allow_none=True)
     seed = seed if isinstance(seed, keras.random.SeedGenerator) else keras.random.SeedGenerator(seed)
     tiny = float(np.finfo("float32").tiny)
+    # A temperature under float32's smallest normal number would flush to a
+    # subnormal or to zero in float32: at that temperature sampling is argmax
+    # anyway, which the smallest normal temperature gives too.
+    temperature = max(temperature, tiny)
 
     def choose(log_probs):
-        logits = log_probs / temperature
-        if top_k is not None:
+        # The best token's logit becomes exactly 0 and stays 0 after the
+        # division, however small the temperature; dividing the raw
+        # log-probabilities instead sends them all to -inf (token 0 wins).
+        # (`initial`: an empty batch has no maximum to take.)
+        best = ops.max(log_probs, axis=-1, keepdims=True, initial=float("-inf"))
+        logits = (log_probs - best) / temperature
+        vocabulary = logits.shape[-1]
+        # Keeping at least the whole vocabulary keeps every token: no filter.
+        if top_k is not None and (vocabulary is None or top_k < vocabulary):
             kth_best = ops.top_k(logits, top_k)[0][:, -1:]
             logits = ops.where(ops.less(logits, kth_best), _loop.NEG_INF, logits)
         uniform = keras.random.uniform(ops.shape(logits), minval=tiny, maxval=1.0, seed=seed)
