@@ -29,16 +29,18 @@ def masked_softmax(scores, mask=None, axis=-1):
     The computation runs in float32 (float64 for float64 input) whatever the
     dtype of `scores`, and masked logits are replaced by that dtype's finite
     minimum rather than `-inf`, so neither float16 nor a fully masked row can
-    produce NaN. The result is cast back to the dtype of `scores`.
+    produce NaN. The result is cast back to the dtype of float `scores`;
+    integer (or boolean) scores give float32 weights.
 
     Args:
-        scores: float tensor of logits, any rank.
+        scores: tensor of logits, any rank.
         mask: optional boolean (or 0/1) tensor broadcastable to `scores`;
             true marks a valid position.
         axis: the axis to normalise over.
 
     Returns:
-        A tensor of the shape and dtype of `scores`.
+        A tensor of the shape of `scores`, in its dtype if it is a float
+        dtype, else in float32.
 
     Example:
 
@@ -50,6 +52,9 @@ def masked_softmax(scores, mask=None, axis=-1):
     """
     scores = ops.convert_to_tensor(scores)
     out_dtype = scores.dtype
+    if not keras.backend.is_float_dtype(out_dtype):
+        # Weights in [0, 1] cast back to an integer dtype are all zero.
+        out_dtype = "float32"
     work_dtype = softmax_dtype(out_dtype)
     logits = ops.cast(scores, work_dtype)
     if mask is None:
