@@ -557,3 +557,48 @@ def test_top_k_above_the_vocabulary_samples_from_every_token():
         results.append(_inference_decoder(method="sample", top_k=top_k, seed=9)(memory))
     for result in results[1:]:
         np.testing.assert_array_equal(result["ids"], results[0]["ids"])
+
+
+def test_one_attention_layer_given_to_two_cells_is_refused_at_the_second():
+    rng = np.random.default_rng(18)
+    inputs, memory, mask = data(rng)
+    attention = ka.AdditiveAttention(4)
+    first = ka.AttentionGRUCell(UNITS, attention, name="first")
+    with pytest.raises(ValueError, match=r"AttentionLSTMCell: `attention` 'additive_attention\w*' already belongs to AttentionGRUCell 'first'; one layer cannot serve two owners"):
+        ka.AttentionLSTMCell(UNITS, attention)
+    with pytest.raises(ValueError, match=r"AttentionWrapper: `attention` .* already belongs to AttentionGRUCell 'first'"):
+        ka.AttentionWrapper(keras.layers.GRUCell(4), attention)
+    # The first cell keeps the one set of attention weights it was built with.
+    decoder = build_decoder(first, rng, inputs, memory)
+    assert [w.path for w in attention.weights] == [w.path for w in first.attention.weights]
+    assert len(first.weights) == 4 + 3
+    state = np.zeros((B, UNITS), "float32")
+    outputs, _, _ = decoder(inputs, memory, memory_mask=mask)
+    want, _, _ = gru_reference(first, inputs, memory, mask, np.ones((B, TT), bool), state)
+    np.testing.assert_allclose(outputs, want, atol=1e-5)
+
+
+def test_score_layers_are_not_shared_between_composite_layers_either():
+    score = ka.GeneralAttention()
+    ka.HardAttention(score)
+    with pytest.raises(ValueError, match=r"SelfAttention: `score` 'general_attention\w*' already belongs to HardAttention"):
+        ka.SelfAttention(4, score=score)
+
+
+def test_an_attention_built_for_another_size_is_refused_and_one_built_for_these_sizes_is_kept():
+    rng = np.random.default_rng(19)
+    inputs, memory, mask = data(rng)
+    attention = ka.AdditiveAttention(4)
+    attention(np.zeros((B, UNITS), "float32"), np.zeros((B, TS, 3), "float32"))  # keys of size 3
+    with pytest.raises(ValueError, match=r"AttentionGRUCell: `attention` '\w+' is already built for queries of size 7 and keys of size 3; this cell queries it with size 7 over a memory of size 6"):
+        ka.AttentionDecoder(ka.AttentionGRUCell(UNITS, attention))(inputs, memory)
+
+    fitting = ka.AdditiveAttention(4)
+    fitting(np.zeros((B, UNITS), "float32"), memory)
+    randomize(fitting, rng)
+    values = [w.numpy() for w in fitting.weights]
+    cell = ka.AttentionGRUCell(UNITS, fitting)
+    ka.AttentionDecoder(cell)(inputs, memory)
+    assert len(cell.weights) == 4 + len(values)
+    for variable, value in zip(fitting.weights, values):
+        np.testing.assert_array_equal(variable.numpy(), value)

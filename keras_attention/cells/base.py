@@ -23,6 +23,7 @@ import threading
 import keras
 from keras import ops
 
+from keras_attention.layers import _checks
 from keras_attention.layers.base import BaseAttention
 
 __all__ = ["AttentionCell", "AttentionMemory"]
@@ -88,7 +89,9 @@ class AttentionCell(keras.layers.Layer):
 
     def __init__(self, attention, **kwargs):
         super().__init__(**kwargs)
-        self.attention = _attention_layer(self, attention)
+        attention = _attention_layer(self, attention)
+        _checks.claim_sublayer(self, "attention", attention)
+        self.attention = attention
         if not self.attention.built:
             # One dtype policy for the cell and its attention.
             self.attention.dtype_policy = self.dtype_policy
@@ -114,8 +117,24 @@ class AttentionCell(keras.layers.Layer):
         self.built = True
 
     def build_attention(self, query_dim):
-        self.attention.build_score(query_dim, self.memory_dim)
-        self.attention.built = True
+        """Build the attention for this cell's queries and memory, or check
+        that an attention built before (called on its own) fits them."""
+        attention, sizes = self.attention, (int(query_dim), self.memory_dim)
+        if attention.built:
+            built_for = getattr(attention, "score_sizes", None)
+            if built_for != sizes:
+                built = "for other sizes" if built_for is None else (
+                    f"for queries of size {built_for[0]} and keys of size {built_for[1]}"
+                )
+                raise ValueError(
+                    f"{type(self).__name__}: `attention` {attention.name!r} is already built {built}; "
+                    f"this cell queries it with size {sizes[0]} over a memory of size {sizes[1]}. "
+                    "Give the cell a new, unbuilt attention layer."
+                )
+            return
+        attention.build_score(*sizes)
+        attention.score_sizes = sizes
+        attention.built = True
 
     # ----------------------------------------------------------------- memory
 

@@ -84,7 +84,7 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         kernel_regularizer=None,
         **kwargs,
     ):
-        super().__init__(attention, **kwargs)
+        # Checked before the attention is claimed for this cell.
         if isinstance(cell, dict):
             cell = keras.saving.deserialize_keras_object(cell)
         if not isinstance(cell, keras.layers.Layer) or not hasattr(cell, "state_size"):
@@ -92,10 +92,12 @@ class AttentionWrapper(WeightSettings, AttentionCell):
                 "AttentionWrapper: `cell` must be a Keras RNN cell (a Layer with a "
                 f"`state_size`, such as keras.layers.GRUCell(32)); got {cell!r}."
             )
-        self.cell = cell
-        self.attention_layer_size = _checks.check_positive_int(
+        attention_layer_size = _checks.check_positive_int(
             self, "attention_layer_size", attention_layer_size, allow_none=True
         )
+        super().__init__(attention, **kwargs)
+        self.cell = cell
+        self.attention_layer_size = attention_layer_size
         self.output_attention = bool(output_attention)
         self.input_feeding = bool(input_feeding)
         self._set_weight_settings(kernel_initializer, kernel_regularizer)

@@ -11,6 +11,7 @@ and dimensions that are unknown until run time (None) are let through.
 
 import math
 import numbers
+import weakref
 
 import numpy as np
 
@@ -23,6 +24,7 @@ __all__ = [
     "check_input_shapes",
     "check_mask_shape",
     "check_masks",
+    "claim_sublayer",
     "is_int",
 ]
 
@@ -97,6 +99,27 @@ def check_number(owner, argument, value, minimum=None, strict=False, allow_none=
     if allow_none:
         expected += " or None"
     raise ValueError(f"{_name(owner)}: `{argument}` must be {expected}; got {value!r}.")
+
+
+def claim_sublayer(owner, argument, layer):
+    """Record that `owner` builds and runs `layer` (a score or attention layer).
+
+    A second owner would build the layer again for its own shapes: new
+    weights replace the ones the first owner trained (or no longer fit its
+    shapes). Sharing is refused here, where the layer is given twice. The
+    record is a weak reference: an owner that no longer exists holds nothing.
+    """
+    record = getattr(layer, "_keras_attention_owner", None)
+    current = None if record is None else record()
+    if current is not None and current is not owner:
+        raise ValueError(
+            f"{_name(owner)}: `{argument}` {layer.name!r} already belongs to "
+            f"{type(current).__name__} {current.name!r}; one layer cannot serve two "
+            f"owners (each would build its own weights into it). Give this one a new "
+            f"{type(layer).__name__} (copy values over with `set_weights` if they are "
+            "to start equal)."
+        )
+    layer._keras_attention_owner = weakref.ref(owner)
 
 
 def check_choice(layer, argument, value, choices):

@@ -163,6 +163,9 @@ class BaseAttention(keras.layers.Layer):
                     "must be known when the layer is built; got None."
                 )
         self.build_score(int(query_dim), int(key_dim))
+        # What the weights were created for: a decoder cell given this layer
+        # afterwards reuses them only for the same sizes.
+        self.score_sizes = (int(query_dim), int(key_dim))
         self.built = True
 
     def attend(self, projected_query, projected_key, value, mask=None, training=None):

@@ -44,6 +44,7 @@ def _score_layer(layer, score, dtype):
             f"are created for the shapes HardAttention is called with); got the built "
             f"layer {score.name!r}."
         )
+    _checks.claim_sublayer(layer, "score", score)
     # One dtype policy for the whole computation: the score's variables must
     # match the dtype HardAttention computes in.
     score.dtype_policy = dtype

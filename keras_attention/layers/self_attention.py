@@ -178,6 +178,7 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
                 "SelfAttention: `score` must have dropout=0 (set `dropout` on "
                 f"SelfAttention instead); got {score.name!r} with dropout={score.dropout}."
             )
+        _checks.claim_sublayer(self, "score", score)
         score.dtype_policy = self.dtype_policy
         return score
 
