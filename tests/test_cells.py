@@ -602,3 +602,16 @@ def test_an_attention_built_for_another_size_is_refused_and_one_built_for_these_
     assert len(cell.weights) == 4 + len(values)
     for variable, value in zip(fitting.weights, values):
         np.testing.assert_array_equal(variable.numpy(), value)
+
+
+def test_inference_decoder_beams_beyond_the_vocabulary_are_empty():
+    memory = np.random.default_rng(20).normal(size=(2, 5, 6)).astype("float32")
+    result = _inference_decoder(method="beam", beam_width=10)
+    result = ka.InferenceDecoder.from_config({**result.get_config(), "max_length": 1})(memory)
+    result = {k: np.asarray(v) for k, v in result.items()}
+    # 7 one-token hypotheses for a width of 10.
+    assert np.isfinite(result["scores"][:, :7]).all() and (result["lengths"][:, :7] == 1).all()
+    np.testing.assert_array_equal(np.sort(result["ids"][:, :7, 0], axis=1), np.tile(np.arange(7), (2, 1)))
+    assert (result["scores"][:, 7:] == -np.inf).all() and (result["log_probs"][:, 7:] == -np.inf).all()
+    assert (result["lengths"][:, 7:] == 0).all() and (result["ids"][:, 7:] == 2).all()
+    assert (result["alignments"][:, 7:] == 0).all()

@@ -359,3 +359,23 @@ def test_bad_arguments(call, message):
     model = TableModel(np.random.default_rng(0), batch=2, vocabulary=3, max_time=3)
     with pytest.raises(ValueError, match=message):
         call(model)
+
+
+@pytest.mark.parametrize("vocabulary, max_length", [(7, 1), (3, 2)])
+def test_beams_beyond_the_valid_hypotheses_are_empty(vocabulary, max_length):
+    """Vocabulary 7 and max_length 1 have 7 hypotheses; a width of 10 used to
+    fill three beams with ids, length 1 and a score of -1.7e38."""
+    rng = np.random.default_rng(13)
+    model = TableModel(rng, batch=2, vocabulary=vocabulary, max_time=max_length, source_lengths=[3, 2])
+    result = {k: v.numpy() for k, v in beam_search(model, model.state, 1, END, max_length, beam_width=10).items()}
+    for example in range(2):
+        want = exhaustive(model, example, max_length, start=1)
+        real = len(want)
+        assert real < 10
+        np.testing.assert_allclose(result["scores"][example, :real], [score for score, _ in want], rtol=1e-5)
+        assert (result["lengths"][example, :real] >= 1).all()
+        assert (result["scores"][example, real:] == -np.inf).all()
+        assert (result["log_probs"][example, real:] == -np.inf).all()
+        assert (result["lengths"][example, real:] == 0).all()
+        assert (result["ids"][example, real:] == END).all()
+        assert (result["alignments"][example, real:] == 0).all()

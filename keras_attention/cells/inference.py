@@ -50,7 +50,8 @@ class InferenceDecoder(keras.layers.Layer):
     `ids (B, L)` int32, `scores (B,)`, `lengths (B,)`, `alignments (B, L, Ts)`
     (with `return_alignments`); with `method="beam"` each gains a beam axis
     after the batch (`(B, K, L)`, ...) and `log_probs (B, K)` is added, beams
-    sorted best first.
+    sorted best first; beams beyond the valid hypotheses (a vocabulary too
+    small for the width) are empty: end tokens, length 0, score `-inf`.
 
     Args:
         cell: an attention cell of this library (built by training, or built

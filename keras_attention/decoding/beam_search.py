@@ -68,7 +68,11 @@ def beam_search(
         `scores (batch, beam)` (the score above), `log_probs (batch, beam)`,
         `lengths (batch, beam)` (the end token included) and, when the step
         returns alignments and `return_alignments` is on,
-        `alignments (batch, beam, max_length, source)`.
+        `alignments (batch, beam, max_length, source)`. When an example has
+        fewer valid hypotheses than `beam_width` (e.g. vocabulary 7, width
+        10, max_length 1), the beams after its last one are empty: ids all
+        `pad_token`, length 0, score and log-probability `-inf`, zero
+        alignments.
     """
     max_length = _loop.check_max_length(max_length)
     beam_width = _checks.check_positive_int("beam_search", "beam_width", beam_width)
@@ -180,7 +184,17 @@ def beam_search(
 
     final = ops.while_loop(cond, body, pack(ops.convert_to_tensor(1, "int32"), carried))
     _, (_, _, scores, log_probs, _, lengths, ids, alignments, _) = unpack(final)
+    # With fewer valid hypotheses than beams (a small vocabulary, a short
+    # max_length, masked tokens), top_k fills the rest with candidates of a
+    # dead start beam or a masked token: real-looking ids and lengths with a
+    # score at the NEG_INF floor. Blank them so that they cannot be taken for
+    # hypotheses.
+    filler = ops.less_equal(log_probs, _loop.NEG_INF / 2)
+    ids = ops.where(ops.expand_dims(filler, -1), pad_token, ids)
+    lengths = ops.where(filler, 0, lengths)
+    scores = ops.where(filler, float("-inf"), scores)
+    log_probs = ops.where(filler, float("-inf"), log_probs)
     result = {"ids": ids, "scores": scores, "log_probs": log_probs, "lengths": lengths}
     if has_alignments:
-        result["alignments"] = alignments
+        result["alignments"] = ops.where(ops.expand_dims(ops.expand_dims(filler, -1), -1), 0.0, alignments)
     return result

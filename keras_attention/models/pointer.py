@@ -3,7 +3,6 @@
 import keras
 from keras import ops
 
-from keras_attention.decoding import _loop
 from keras_attention.decoding.beam_search import beam_search
 from keras_attention.decoding.beams import tile_batch
 from keras_attention.decoding.greedy import greedy_search
@@ -291,8 +290,8 @@ class PointerNetwork(keras.layers.Layer):
         With the layer's `beam_width` None: greedy, `ids (B, max_length)`;
         otherwise beam search, `ids (B, beam, max_length)` best first. When
         fewer valid hypotheses exist than beams (few inputs, wide beam), the
-        extra beams are empty: all ids 0, length 0, and a score near the
-        float32 minimum. `max_length` and `beam_width` default to the layer's.
+        extra beams are empty: all ids 0, length 0, and a score of `-inf`.
+        `max_length` and `beam_width` default to the layer's.
         """
         max_length = self.max_length if max_length is None else max_length
         beam_width = self.beam_width if beam_width is None else beam_width
@@ -303,16 +302,11 @@ class PointerNetwork(keras.layers.Layer):
             return greedy_search(self._step_function(positions, constants), state, END, END, max_length)
         # Every beam reads its own copy of its example's constants, tiled once.
         step_fn = self._step_function(positions, tile_batch(constants, beam_width))
-        result = beam_search(
+        # beam_search blanks the beams it has no valid hypothesis for.
+        return beam_search(
             step_fn, state, END, END, max_length, beam_width,
             length_penalty_weight=self.length_penalty_weight,
         )
-        # A beam the search had to fill with a masked candidate (fewer valid
-        # hypotheses than beams) holds arbitrary ids: blank it out.
-        invalid = ops.less_equal(result["log_probs"], _loop.NEG_INF / 2)
-        result["ids"] = ops.where(ops.expand_dims(invalid, -1), END, result["ids"])
-        result["lengths"] = ops.where(invalid, 0, result["lengths"])
-        return result
 
     # ------------------------------------------------------------------ call
 
