@@ -615,3 +615,38 @@ def test_inference_decoder_beams_beyond_the_vocabulary_are_empty():
     assert (result["scores"][:, 7:] == -np.inf).all() and (result["log_probs"][:, 7:] == -np.inf).all()
     assert (result["lengths"][:, 7:] == 0).all() and (result["ids"][:, 7:] == 2).all()
     assert (result["alignments"][:, 7:] == 0).all()
+
+
+@pytest.mark.parametrize(
+    "make_cell",
+    [
+        lambda: keras.layers.LSTMCell(UNITS, dropout=0.3, recurrent_dropout=0.3),
+        lambda: keras.layers.GRUCell(UNITS, dropout=0.3, recurrent_dropout=0.3),
+        lambda: keras.layers.StackedRNNCells(
+            [keras.layers.LSTMCell(UNITS, dropout=0.3), keras.layers.GRUCell(5, recurrent_dropout=0.3)]
+        ),
+    ],
+    ids=["lstm", "gru", "stacked"],
+)
+def test_wrapper_around_a_cell_with_dropout_trains(make_cell):
+    """Keras draws a cell's dropout masks before its loop only for the cell
+    it runs; the wrapped cell drew them inside the loop and kept them, so
+    training failed with an InaccessibleTensorError."""
+    rng = np.random.default_rng(21)
+    source = keras.Input((None,), dtype="int32")
+    target = keras.Input((None,), dtype="int32")
+    memory = keras.layers.Embedding(12, DM, mask_zero=True)(source)
+    cell = ka.AttentionWrapper(make_cell(), ka.AdditiveAttention(4), attention_layer_size=6)
+    outputs = ka.AttentionDecoder(cell, name="decoder")(keras.layers.Embedding(12, DY, mask_zero=True)(target), memory)
+    model = keras.Model([source, target], keras.layers.Dense(12)(outputs))
+    model.compile(keras.optimizers.Adam(0.02), ka.SequenceLoss())
+    x = [token_batch(rng, 16, 6, 12, 2), token_batch(rng, 16, 5, 12, 2)]
+    before = [w.numpy().copy() for w in cell.cell.trainable_weights]
+    history = model.fit(x, x[1], batch_size=8, epochs=3, verbose=0).history["loss"]
+    assert np.isfinite(history).all() and history[-1] < history[0]
+    for old, new in zip(before, cell.cell.trainable_weights):
+        assert not np.allclose(old, new.numpy()), new.path
+    # Dropout acts in training only, with new masks for every call.
+    first, second = (np.asarray(model(x, training=True)) for _ in range(2))
+    assert not np.allclose(first, second)
+    np.testing.assert_array_equal(model(x), model(x))

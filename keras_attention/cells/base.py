@@ -260,6 +260,14 @@ class AttentionCell(keras.layers.Layer):
             initial_state = [initial_state]
         return self.complete_initial_state(initial_state, memory)
 
+    def prepare_dropout_masks(self, inputs, states):
+        """Draw the dropout masks of the cells this one runs inside, before a
+        loop over time (`inputs (B, dx)`: the shape of one step's input;
+        `states`: the initial states). Nothing to draw by default."""
+
+    def reset_dropout_masks(self):
+        """Forget the masks drawn by `prepare_dropout_masks`."""
+
     def call(self, inputs, states, training=None):
         bound = _bindings().get(id(self))
         if bound is None:

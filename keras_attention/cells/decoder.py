@@ -94,10 +94,19 @@ class AttentionDecoder(keras.layers.Layer):
     def call(self, inputs, memory, memory_mask=None, inputs_mask=None, initial_state=None, training=None):
         prepared = self.cell.prepare_memory(memory, memory_mask)
         initial_state = self.cell.initial_state_for(prepared, ops.shape(inputs)[0], initial_state)
-        with self.cell.bind(prepared, with_alignments=self.return_alignments):
-            output, *states = self._rnn()(
-                inputs, initial_state=initial_state, mask=inputs_mask, training=training
-            )
+        # Keras's RNN draws the dropout masks of the cell it runs before its
+        # loop; those of a cell inside ours (AttentionWrapper's) are drawn
+        # here, or the cell would draw them inside the loop and keep them.
+        self.cell.prepare_dropout_masks(
+            ops.zeros((ops.shape(inputs)[0], inputs.shape[-1]), self.compute_dtype), initial_state
+        )
+        try:
+            with self.cell.bind(prepared, with_alignments=self.return_alignments):
+                output, *states = self._rnn()(
+                    inputs, initial_state=initial_state, mask=inputs_mask, training=training
+                )
+        finally:
+            self.cell.reset_dropout_masks()
         results = []
         if self.return_alignments:
             alignments = output[..., self.cell.output_size :]
