@@ -165,7 +165,10 @@ class _Monotonic:
         if mask is not None:
             mask = ops.broadcast_to(ops.cast(mask, "bool"), ops.shape(p_choose))
             p_choose = ops.where(mask, p_choose, ops.zeros_like(p_choose))
-        previous_alignment = ops.broadcast_to(ops.cast(previous_alignment, work), ops.shape(p_choose))
+        # Left to broadcast in the arithmetic, not with broadcast_to: inside a
+        # decoder's loop the gradient of broadcast_to reads the target shape
+        # saved from the forward pass, which XLA cannot take as a constant.
+        previous_alignment = ops.cast(previous_alignment, work)
         alignment = monotonic_alignment(p_choose, previous_alignment, self.mode)
         alignment = ops.cast(alignment, value.dtype)
         return ops.matmul(alignment, value), alignment
