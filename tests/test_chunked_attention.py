@@ -11,7 +11,7 @@ import keras_attention as ka
 from keras_attention.layers import additive
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
-from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch
+from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch, unknown_shape_dataset
 
 TQ, TV = 7, 5  # 7 queries: chunks of 3 leave a partial last chunk
 
@@ -133,8 +133,11 @@ def test_chunked_layer_fits_with_xla_and_unknown_lengths(make):
     )
     attention = model.get_layer("attention")
     before = [w.numpy().copy() for w in attention.trainable_weights]
-    x = [token_batch(rng, 16, 7), token_batch(rng, 16, 5)]
-    history = model.fit(x, rng.integers(0, 3, size=16), batch_size=8, epochs=2, verbose=0)
+    batches = [
+        ((token_batch(rng, batch, source_length), token_batch(rng, batch, target_length)), rng.integers(0, 3, size=batch))
+        for batch, source_length, target_length in ((8, 7, 5), (5, 4, 6))
+    ]
+    history = model.fit(unknown_shape_dataset(batches), epochs=2, shuffle=False, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
     predictions = model.predict([token_batch(rng, 4, 3), token_batch(rng, 4, 9)], verbose=0)
     assert predictions.shape == (4, 3) and np.isfinite(predictions).all()
