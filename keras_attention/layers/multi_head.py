@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_attention._precision import to_score_dtype
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.base import BaseAttention, combine_masks, prepare_call
@@ -41,7 +42,10 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
     computed by `keras.ops.dot_product_attention` (flash attention where the
     backend and device allow; the TensorFlow backend has none, but the op
     compiles with XLA and exports to ONNX with boolean masks); otherwise by
-    an explicit masked softmax. Both give the same output.
+    an explicit masked softmax. Both give the same output. Under a float16
+    policy the scores and softmax run in float32 on the explicit path (a
+    float16 score overflows for inputs of a few hundred); the output stays
+    float16.
 
     A decoder projects its memory once per sequence and only the query at
     each step:
@@ -196,12 +200,16 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
         dropout is active, else None.
         """
         dropping = bool(training) and self.dropout > 0
-        explicit = return_attention_scores or dropping
+        # The fused op computes its scores in the inputs' dtype: in float16
+        # they overflow for inputs of a few hundred (as in Keras's own
+        # layer), so float16 takes the explicit path, scored in float32.
+        float16 = keras.backend.standardize_dtype(projected_query.dtype) == "float16"
+        explicit = return_attention_scores or dropping or float16
         full_mask = None
         if explicit or mask is not None:
             full_mask = combine_masks(projected_query, projected_key, None, None, mask, causal)
         if explicit:
-            scores = ops.einsum("bqhk,bvhk->bhqv", projected_query, projected_key)
+            scores = ops.einsum("bqhk,bvhk->bhqv", *to_score_dtype(projected_query, projected_key))
             weights = masked_softmax(
                 scores, None if full_mask is None else ops.expand_dims(full_mask, 1)
             )
