@@ -648,6 +648,32 @@ def _name_dynamic_axes(model_proto, signature):
             dims[0].dim_param = "batch"
 
 
+def _reshapes_keep_zero_sizes(graph, constants=frozenset()):
+    """Give every Reshape whose target shape is computed at run time
+    `allowzero=1`, in `graph` and its subgraphs (loop bodies).
+
+    TensorFlow reads a 0 in a reshape's target shape as a dimension of size
+    0; ONNX (without `allowzero`) as "copy this dimension from the input".
+    tf2onnx converts the shapes as they are, so an empty batch or memory
+    (a shape computed as `[batch, 0, units]`) failed in onnxruntime.
+    Constant target shapes are left alone: tf2onnx writes those itself and
+    may mean "copy" by 0.
+    """
+    import onnx
+
+    constants = set(constants) | {i.name for i in graph.initializer}
+    constants |= {o for node in graph.node if node.op_type == "Constant" for o in node.output}
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                _reshapes_keep_zero_sizes(attribute.g, constants)
+            for subgraph in attribute.graphs:
+                _reshapes_keep_zero_sizes(subgraph, constants)
+        if node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] not in constants:
+            if not any(a.name == "allowzero" for a in node.attribute):
+                node.attribute.append(onnx.helper.make_attribute("allowzero", 1))
+
+
 def _export_onnx(signature, function, path, opset):
     import onnx
     import tf2onnx
@@ -667,6 +693,8 @@ def _export_onnx(signature, function, path, opset):
     unconverted = _unconvertible_nodes(model_proto.graph)
     if unconverted or any("is not supported" in m or "Unsupported ops" in m for m in collector.messages):
         raise _conversion_error(signature, opset, unconverted, collector.messages)
+    if opset >= 14:  # Reshape has `allowzero` from opset 14
+        _reshapes_keep_zero_sizes(model_proto.graph)
     _name_dynamic_axes(model_proto, signature)
     model_proto.doc_string = f"keras-attention export of signature {signature.name!r}"
     onnx.helper.set_model_props(

@@ -40,6 +40,13 @@ class Driver:
     # Draws random numbers in inference (sampling): two copies differ.
     random: bool = False
 
+    @property
+    def zero_context(self):
+        """Whether `output` is a weighted sum of values, zero on a row with
+        no allowed position (the attention layers; not the decoders, whose
+        outputs carry a state)."""
+        return self.allowed is not None and not self.id.startswith(("decoder", "greedy", "beam", "sample"))
+
 
 def _cross(query_valid, value_valid):
     return query_valid[:, :, None] & value_valid[:, None, :]

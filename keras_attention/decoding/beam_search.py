@@ -106,7 +106,9 @@ def beam_search(
         candidate_lengths = ops.expand_dims(lengths + running, -1)
         scores = total / length_penalty(candidate_lengths, length_penalty_weight)
         if alignment is not None and (alignments is not None or coverage is not None):
-            alignment = ops.reshape(ops.cast(alignment, "float32"), (batch, width, -1))
+            # The source length spelled out, not -1: ONNX cannot infer a -1
+            # from an empty tensor (an empty batch).
+            alignment = ops.reshape(ops.cast(alignment, "float32"), (batch, width, ops.shape(alignment)[-1]))
             alignment = ops.where(ops.expand_dims(finished, -1), 0.0, alignment)
             if coverage is not None:
                 coverage = coverage + alignment

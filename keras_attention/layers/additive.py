@@ -49,13 +49,15 @@ def _queries_per_chunk(chunk_size, projected_query, projected_key):
     itemsize = _ITEMSIZE.get(keras.backend.standardize_dtype(projected_query.dtype), 4)
     sizes = (projected_query.shape[0], projected_key.shape[1], projected_key.shape[-1])
     if all(size is not None for size in sizes):
-        batch, key_length, units = (int(size) for size in sizes)
-        return max(1, AUTO_CHUNK_BYTES // (itemsize * batch * key_length * units))
+        # An empty batch or memory makes an empty block: no size to bound.
+        block = max(1, itemsize * math.prod(int(size) for size in sizes))
+        return max(1, AUTO_CHUNK_BYTES // block)
     # Successive floor divisions: floor(floor(a / b) / c) == floor(a / (b c)),
-    # without forming the (possibly int32-overflowing) product.
+    # without forming the (possibly int32-overflowing) product. A size of 0
+    # divides as 1 (an empty block), not by zero.
     rows = AUTO_CHUNK_BYTES // itemsize
     for size in (ops.shape(projected_query)[0], ops.shape(projected_key)[1], ops.shape(projected_key)[-1]):
-        rows = rows // size
+        rows = rows // ops.maximum(size, 1)
     return ops.maximum(rows, 1)
 
 
@@ -75,7 +77,9 @@ def _chunked_score(projected_query, projected_key, vector, activation, rows):
     chunks = ops.transpose(ops.reshape(padded, (batch, count, rows, units)), (1, 0, 2, 3))
     block = keras.remat(lambda query, key, vec: _dense_score(query, key, vec, activation))
     scores = ops.map(lambda query: block(query, projected_key, vector), chunks)  # (n, B, rows, Tv)
-    scores = ops.reshape(ops.transpose(scores, (1, 0, 2, 3)), (batch, count * rows, -1))
+    # The key length spelled out, not -1: ONNX cannot infer a -1 from an
+    # empty tensor.
+    scores = ops.reshape(ops.transpose(scores, (1, 0, 2, 3)), (batch, count * rows, ops.shape(projected_key)[1]))
     scores = scores[:, :query_length]
     if projected_query.shape[1] is not None:
         # Keep a static query length static (slicing an unknown axis loses it).

@@ -59,7 +59,14 @@ def _recursive(p_choose, previous):
     positions = ops.arange(length)
 
     def column(x, at):
-        return ops.sum(ops.where(at, x, ops.zeros_like(x)), axis=-1)
+        # x[..., j] as a product with the one-hot `at` (exact: the other
+        # terms are +0). A masked sum over the axis gave onnxruntime's
+        # ReduceSum an empty tensor to reduce for an empty batch, which it
+        # broadcast wrongly.
+        # (The one-hot has x's rank, so the product needs no reshape of x:
+        # ONNX cannot infer a reshape's -1 from an empty tensor.)
+        one_hot = ops.reshape(ops.cast(at, x.dtype), (1,) * (len(x.shape) - 2) + (-1, 1))
+        return ops.squeeze(ops.matmul(x, one_hot), -1)
 
     def body(j, q, alignment):
         at = ops.equal(positions, j)
@@ -70,7 +77,8 @@ def _recursive(p_choose, previous):
     _, _, alignment = ops.while_loop(
         lambda j, q, alignment: ops.less(j, length),
         body,
-        (ops.convert_to_tensor(0, "int32"), ops.zeros_like(p_choose[..., 0]), ops.zeros_like(p_choose)),
+        # (zeros of the shape, not of `p_choose[..., 0]`: an empty memory has no position 0)
+        (ops.convert_to_tensor(0, "int32"), ops.zeros(ops.shape(p_choose)[:-1], p_choose.dtype), ops.zeros_like(p_choose)),
         maximum_iterations=length,
     )
     return alignment

@@ -9,7 +9,7 @@ from keras_attention._precision import to_score_dtype
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.base import BaseAttention, combine_masks, prepare_call
-from keras_attention.ops import masked_softmax
+from keras_attention.ops import any_along, masked_softmax
 
 __all__ = ["MultiHeadAttention"]
 
@@ -236,7 +236,7 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
         # is padding, and must not leak into pooling or a residual sum. With
         # the causal mask alone every row sees position 0, so none is empty.
         if mask is not None:
-            has_valid = ops.any(full_mask, axis=-1, keepdims=True)
+            has_valid = any_along(full_mask, axis=-1, keepdims=True)
             output = output * ops.cast(has_valid, output.dtype)
         return output, weights
 

@@ -11,7 +11,7 @@ from keras_attention.layers.dot import DotAttention, ScaledDotAttention
 from keras_attention.layers.general import GeneralAttention
 from keras_attention.layers.hard import HardAttention
 from keras_attention._precision import softmax_dtype
-from keras_attention.ops import masked_softmax
+from keras_attention.ops import any_along, masked_softmax
 
 __all__ = ["SelfAttention"]
 
@@ -256,7 +256,7 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
         )
         identity = ops.expand_dims(identity, 0)
         if mask is not None:
-            active = ops.any(ops.broadcast_to(mask, ops.shape(weights)), axis=-1)
+            active = any_along(ops.broadcast_to(mask, ops.shape(weights)), axis=-1)
             identity = identity * ops.expand_dims(ops.cast(active, weights.dtype), -1)
         penalty = ops.sum(ops.square(gram - identity), axis=(1, 2))
         return self.regularization_weight * ops.mean(penalty)

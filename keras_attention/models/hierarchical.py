@@ -35,7 +35,8 @@ class FoldSentences(keras.layers.Layer):
     def call(self, inputs):
         self._check(inputs.shape)
         shape = ops.shape(inputs)
-        return ops.reshape(inputs, (-1, *shape[2:]))
+        # B * S spelled out, not -1: ONNX cannot infer a -1 from an empty tensor.
+        return ops.reshape(inputs, (shape[0] * shape[1], *shape[2:]))
 
     def compute_mask(self, inputs, previous_mask=None):
         if previous_mask is None:
@@ -47,7 +48,7 @@ class FoldSentences(keras.layers.Layer):
                 f"got a mask of shape {tuple(shape)}. Fold the word ids first and "
                 "embed them with `mask_zero=True`."
             )
-        return ops.reshape(previous_mask, (-1, *shape[2:]))
+        return ops.reshape(previous_mask, (shape[0] * shape[1], *shape[2:]))
 
     def compute_output_shape(self, inputs_shape):
         self._check(inputs_shape)
