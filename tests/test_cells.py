@@ -653,3 +653,43 @@ def test_wrapper_around_a_cell_with_dropout_trains(make_cell):
     first, second = (np.asarray(model(x, training=True)) for _ in range(2))
     assert not np.allclose(first, second)
     np.testing.assert_array_equal(model(x), model(x))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"inputs": np.zeros((2, TT, DY), "float32")}, r"AttentionDecoder: `inputs` and `memory` must have the same batch size; got shapes \(2, 4, 3\) and \(3, 5, 6\)"),
+        ({"memory_mask": np.ones((B, TS - 1), bool)}, r"AttentionDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(3, 4\)"),
+        ({"memory_mask": np.ones((2, TS), bool)}, r"AttentionDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(2, 5\)"),
+        ({"memory_mask": np.ones((B, TS, 1), bool)}, r"`memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(3, 5, 1\)"),
+        ({"inputs_mask": np.ones((B, TT + 1), bool)}, r"AttentionDecoder: `inputs_mask` must have shape \(batch, Tt\) = \(3, 4\); got shape \(3, 5\)"),
+        ({"memory": np.zeros((B, DM), "float32")}, r"AttentionDecoder: `memory` must have rank 3 \(batch, Ts, d\); got shape \(3, 6\)"),
+        ({"initial_state": [np.zeros((2, UNITS), "float32")]}, r"AttentionGRUCell: `initial_state\[0\]` must have shape \(batch, 7\) = \(3, 7\); got shape \(2, 7\)"),
+        ({"initial_state": [np.zeros((B, UNITS + 1), "float32")]}, r"`initial_state\[0\]` must have shape \(batch, 7\) = \(3, 7\); got shape \(3, 8\)"),
+    ],
+)
+def test_decoder_checks_the_memory_mask_and_batches_against_the_memory(change, message):
+    rng = np.random.default_rng(22)
+    inputs, memory, mask = data(rng)
+    decoder = ka.AttentionDecoder(ka.AttentionGRUCell(UNITS, ka.AdditiveAttention(4)))
+    decoder(inputs, memory)
+    arguments = {"inputs": inputs, "memory": memory, "memory_mask": mask, **change}
+    with pytest.raises(ValueError, match=message):
+        decoder(arguments.pop("inputs"), arguments.pop("memory"), **arguments)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"memory_mask": np.ones((B, TS - 1), bool)}, r"InferenceDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(3, 4\)"),
+        ({"memory_mask": np.ones((2, TS), bool)}, r"InferenceDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(2, 5\)"),
+        ({"initial_state": np.zeros((2, UNITS), "float32")}, r"AttentionGRUCell: `initial_state\[0\]` must have shape \(batch, 7\) = \(3, 7\); got shape \(2, 7\)"),
+    ],
+)
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_inference_decoder_checks_the_memory_mask_and_state_against_the_memory(change, message, method):
+    rng = np.random.default_rng(23)
+    cell, embedding, output_layer, memory = trained_parts(rng)
+    decoder = ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, 4, method=method, beam_width=2)
+    with pytest.raises(ValueError, match=message):
+        decoder(memory, **change)

@@ -49,6 +49,18 @@ def _bindings():
     return table
 
 
+def check_memory(owner, memory, mask):
+    """`memory (B, Ts, d)` and `mask (B, Ts)`; returns the memory's static shape."""
+    shape = _checks._shape(memory.shape)
+    if len(shape) != 3:
+        raise ValueError(
+            f"{_checks._name(owner)}: `memory` must have rank 3 (batch, Ts, d); got shape {shape}."
+        )
+    if mask is not None:
+        _checks.check_mask_shape(owner, "memory_mask", mask, shape[:2], "(batch, Ts)")
+    return shape
+
+
 def attention_cell(layer, cell):
     """`cell` (or its config) as an attention cell of this library, for `layer`."""
     if isinstance(cell, dict):
@@ -138,14 +150,14 @@ class AttentionCell(keras.layers.Layer):
 
     # ----------------------------------------------------------------- memory
 
-    def prepare_memory(self, values, mask=None):
-        """Project the memory's keys once; returns an `AttentionMemory`."""
+    def prepare_memory(self, values, mask=None, owner=None):
+        """Project the memory's keys once; returns an `AttentionMemory`.
+
+        The shapes are checked first; errors name `owner` (the decoder the
+        memory was given to), or this cell.
+        """
+        check_memory(owner or self, values, mask)
         values = ops.cast(values, self.compute_dtype)
-        if len(values.shape) != 3:
-            raise ValueError(
-                f"{type(self).__name__}: `memory` must have shape (batch, Ts, d); "
-                f"got shape {tuple(values.shape)}."
-            )
         if mask is not None:
             mask = ops.cast(mask, "bool")
         return AttentionMemory(values, self.attention.project_key(values), mask)
@@ -242,6 +254,11 @@ class AttentionCell(keras.layers.Layer):
                 f"{type(self).__name__}: `initial_state` must hold {counts} tensor(s) "
                 f"(sizes {sizes}); got {len(recurrent_states)}."
             )
+        batch = _checks._shape(memory.values.shape)[0]
+        for index, (state, size) in enumerate(zip(recurrent_states, sizes)):
+            # A state of another batch or size fails deep inside the first
+            # step otherwise.
+            _checks.check_mask_shape(self, f"initial_state[{index}]", state, (batch, size), f"(batch, {size})")
         if recurrent_states:
             batch = ops.shape(recurrent_states[0])[0]
             for size in sizes[len(recurrent_states) :]:

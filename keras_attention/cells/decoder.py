@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from keras_attention.cells.base import attention_cell
+from keras_attention.cells.base import attention_cell, check_memory
+from keras_attention.layers import _checks
 
 __all__ = ["AttentionDecoder"]
 
@@ -91,8 +92,25 @@ class AttentionDecoder(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
 
+    def _check_inputs(self, inputs, memory, memory_mask, inputs_mask):
+        memory_shape = check_memory(self, memory, memory_mask)
+        inputs_shape = _checks._shape(inputs.shape)
+        if len(inputs_shape) != 3:
+            raise ValueError(
+                f"AttentionDecoder: `inputs` must have rank 3 (batch, Tt, dy); got shape {inputs_shape}."
+            )
+        if not _checks._same(inputs_shape[0], memory_shape[0]):
+            raise ValueError(
+                "AttentionDecoder: `inputs` and `memory` must have the same batch size; "
+                f"got shapes {inputs_shape} and {memory_shape}."
+            )
+        if inputs_mask is not None:
+            _checks.check_mask_shape(self, "inputs_mask", inputs_mask, inputs_shape[:2], "(batch, Tt)")
+
     def call(self, inputs, memory, memory_mask=None, inputs_mask=None, initial_state=None, training=None):
-        prepared = self.cell.prepare_memory(memory, memory_mask)
+        # Checked here: a mismatch fails deep inside the RNN's first step otherwise.
+        self._check_inputs(inputs, memory, memory_mask, inputs_mask)
+        prepared = self.cell.prepare_memory(memory, memory_mask, owner=self)
         initial_state = self.cell.initial_state_for(prepared, ops.shape(inputs)[0], initial_state)
         # Keras's RNN draws the dropout masks of the cell it runs before its
         # loop; those of a cell inside ours (AttentionWrapper's) are drawn

@@ -137,7 +137,7 @@ class InferenceDecoder(keras.layers.Layer):
         # Keras fills `mask` from the memory's Keras mask when the memory is
         # the only tensor argument, and `memory_mask` when there are more.
         memory_mask = mask if memory_mask is None else memory_mask
-        prepared = self.cell.prepare_memory(memory, memory_mask)
+        prepared = self.cell.prepare_memory(memory, memory_mask, owner=self)
         initial_state = self.cell.initial_state_for(prepared, ops.shape(memory)[0], initial_state)
         if self.method == "beam":
             # Every beam reads its own copy of its example's memory.
