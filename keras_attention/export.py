@@ -648,6 +648,32 @@ def _name_dynamic_axes(model_proto, signature):
             dims[0].dim_param = "batch"
 
 
+def _reshapes_keep_zero_sizes(graph, constants=frozenset()):
+    """Give every Reshape whose target shape is computed at run time
+    `allowzero=1`, in `graph` and its subgraphs (loop bodies).
+
+    TensorFlow reads a 0 in a reshape's target shape as a dimension of size
+    0; ONNX (without `allowzero`) as "copy this dimension from the input".
+    tf2onnx converts the shapes as they are, so an empty batch or memory
+    (a shape computed as `[batch, 0, units]`) failed in onnxruntime.
+    Constant target shapes are left alone: tf2onnx writes those itself and
+    may mean "copy" by 0.
+    """
+    import onnx
+
+    constants = set(constants) | {i.name for i in graph.initializer}
+    constants |= {o for node in graph.node if node.op_type == "Constant" for o in node.output}
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                _reshapes_keep_zero_sizes(attribute.g, constants)
+            for subgraph in attribute.graphs:
+                _reshapes_keep_zero_sizes(subgraph, constants)
+        if node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] not in constants:
+            if not any(a.name == "allowzero" for a in node.attribute):
+                node.attribute.append(onnx.helper.make_attribute("allowzero", 1))
+
+
 def _export_onnx(signature, function, path, opset):
     import onnx
     import tf2onnx
@@ -667,6 +693,8 @@ def _export_onnx(signature, function, path, opset):
     unconverted = _unconvertible_nodes(model_proto.graph)
     if unconverted or any("is not supported" in m or "Unsupported ops" in m for m in collector.messages):
         raise _conversion_error(signature, opset, unconverted, collector.messages)
+    if opset >= 14:  # Reshape has `allowzero` from opset 14
+        _reshapes_keep_zero_sizes(model_proto.graph)
     _name_dynamic_axes(model_proto, signature)
     model_proto.doc_string = f"keras-attention export of signature {signature.name!r}"
     onnx.helper.set_model_props(
@@ -704,6 +732,13 @@ def _onnx_file(name):
 def _check_target(directory, overwrite):
     if directory.is_file():
         raise FileExistsError(f"`directory` {str(directory)!r} is a file; expected a new or existing export directory.")
+    for ancestor in directory.parents:
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise NotADirectoryError(
+                    f"`directory` {str(directory)!r} is under {str(ancestor)!r}, which is a file; expected a path under a directory."
+                )
+            break
     if directory.is_dir() and any(directory.iterdir()):
         if not overwrite:
             raise FileExistsError(
@@ -875,8 +910,15 @@ def export_model(
             report.notes.append(f"SavedModel: {signature.name!r} is also served as {DEFAULT_SIGNATURE!r}.")
 
     created = [p for p in [directory.parent, *directory.parent.parents] if not p.exists()]
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.partial-", dir=directory.parent))
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.partial-", dir=directory.parent))
+    except OSError as error:
+        _remove_created(created)
+        # An OSError of the same kind, saying which argument and what failed.
+        raise type(error)(
+            f"`directory` {str(directory)!r}: cannot create the export there ({error.strerror or error})."
+        ) from error
     try:
         _write_and_verify(signatures, staging, directory, formats, opset, verify, sample_inputs, vocabulary, shapes, seed, atol, report)
         if vocabulary is not None:
@@ -888,13 +930,18 @@ def export_model(
         _put_in_place(staging, directory, overwrite)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-        for parent in created:  # deepest first
-            try:
-                parent.rmdir()
-            except OSError:
-                break
+        _remove_created(created)
         raise
     return report
+
+
+def _remove_created(created):
+    """Remove the parent directories an export created, deepest first."""
+    for parent in created:
+        try:
+            parent.rmdir()
+        except OSError:
+            break
 
 
 def _versions():
@@ -1080,6 +1127,85 @@ def _is_text(value):
     return isinstance(value, str) or (isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value))
 
 
+def _shape_text(spec):
+    return "(" + ", ".join(str(d) if d is not None else "?" for d in spec.shape) + ")"
+
+
+def _feed(name, value, spec, dtype):
+    """`value` as the array input `name` takes, or a ValueError naming it.
+
+    onnxruntime's own errors for a wrong rank or type name no input (and
+    come with a traceback from the serving command).
+    """
+    try:
+        array = np.asarray(value)
+    except ValueError:  # ragged nested lists
+        array = None
+    if array is None or array.dtype.kind not in "biuf":
+        raise ValueError(
+            f"input {name!r} must be a nested list of numbers of shape {_shape_text(spec)}; got {value!r:.80}."
+        )
+    if array.ndim != len(spec.shape):
+        raise ValueError(
+            f"input {name!r} must have rank {len(spec.shape)}, shape {_shape_text(spec)}; "
+            f"got shape {array.shape} ({value!r:.60})."
+        )
+    if dtype is not None and np.dtype(dtype).kind in "iu" and array.dtype.kind == "f":
+        if not np.all(np.isfinite(array)) or not np.all(array == np.round(array)):
+            raise ValueError(f"input {name!r} must hold integers (it is {np.dtype(dtype).name}); got {value!r:.80}.")
+    return array.astype(dtype) if dtype is not None else array
+
+
+def _check_ids(name, array, rows):
+    """Ids of input `name` must index its embedding table of `rows` rows."""
+    if rows is None or array.size == 0:
+        return
+    low, high = int(array.min()), int(array.max())
+    if low < 0 or high >= rows:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"input {name!r} holds the id {bad}, outside the model's vocabulary: its embedding has {rows} rows "
+            f"(ids 0 to {rows - 1})."
+        )
+
+
+# Ops an id passes through on its way to an embedding lookup (Keras's
+# Embedding maps negative ids with a compare-and-select first).
+_ID_OPS = {"Cast", "Add", "Sub", "Mul", "Where", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Less", "Greater", "Not", "Expand", "Clip"}
+
+
+def _embedding_rows(path):
+    """{input name: rows of the embedding table its ids are looked up in}.
+
+    Found by following each input through `_ID_OPS` to a `Gather` whose data
+    is a rank-2 weight; inputs that reach none are left out.
+    """
+    import onnx
+
+    graph = onnx.load(str(path)).graph
+    tables = {i.name: int(i.dims[0]) for i in graph.initializer if len(i.dims) == 2}
+    consumers = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    rows = {}
+    for value in graph.input:
+        seen, frontier, found = {value.name}, [value.name], []
+        while frontier:
+            name = frontier.pop()
+            for node in consumers.get(name, ()):
+                if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name and node.input[0] in tables:
+                    found.append(tables[node.input[0]])
+                elif node.op_type in _ID_OPS:
+                    for output in node.output:
+                        if output not in seen:
+                            seen.add(output)
+                            frontier.append(output)
+        if found:
+            rows[value.name] = min(found)
+    return rows
+
+
 def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, runs=100, warmup=5, threads=None):
     """Run an exported ONNX signature with onnxruntime and time it.
 
@@ -1090,6 +1216,11 @@ def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, runs=100, warmup=5,
 
     Returns {"outputs": {name: array}, "text": {name: strings}, "latency_ms":
     {"p50", "p90", "p99", "mean", "runs"}}.
+
+    Raises ValueError naming the input when a value does not fit it: not a
+    nested list of numbers, another rank, non-integers for integer ids, ids
+    outside the model's embedding table; RuntimeError when onnxruntime fails
+    on valid inputs.
 
     Example:
 
@@ -1115,6 +1246,7 @@ def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, runs=100, warmup=5,
     missing, unknown = set(specs) - set(inputs), set(inputs) - set(specs)
     if missing or unknown:
         raise ValueError(f"`inputs` has keys {sorted(inputs)}; the model expects exactly {list(specs)}.")
+    rows = _embedding_rows(path)
     feeds = {}
     for name, value in inputs.items():
         dtype = _ONNX_TYPES.get(specs[name].type)
@@ -1123,14 +1255,21 @@ def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, runs=100, warmup=5,
                 raise ValueError(f"input {name!r} is text but {str(directory)!r} has no {VOCABULARY_FILE} to tokenise it.")
             feeds[name] = encode_strings(value, vocabulary, dtype or np.int32)
         else:
-            feeds[name] = np.asarray(value, dtype=dtype)
-    for _ in range(warmup):
-        session.run(None, feeds)
-    times = []
-    for _ in range(runs):
-        begin = time.perf_counter()
-        values = session.run(None, feeds)
-        times.append((time.perf_counter() - begin) * 1000.0)
+            feeds[name] = _feed(name, value, specs[name], dtype)
+        _check_ids(name, feeds[name], rows.get(name))
+    try:
+        for _ in range(warmup):
+            session.run(None, feeds)
+        times = []
+        for _ in range(runs):
+            begin = time.perf_counter()
+            values = session.run(None, feeds)
+            times.append((time.perf_counter() - begin) * 1000.0)
+    except Exception as error:  # onnxruntime's own exception types
+        raise RuntimeError(
+            f"run_onnx: onnxruntime failed on signature {signature!r} with inputs "
+            f"{ {n: list(v.shape) for n, v in feeds.items()} }: {error}"
+        ) from error
     outputs = dict(zip([o.name for o in session.get_outputs()], values))
     text = {}
     if vocabulary is not None:
@@ -1191,6 +1330,26 @@ def translate_texts(directory, texts, signature=DEFAULT_SIGNATURE, batch_size=25
 # ---------------------------------------------------------------------- CLI
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one `error: ...` line like every other failure."""
+
+    def error(self, message):
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def error_line(error):
+    """A command-line failure as the one line the commands print: `error: ...`.
+
+    Messages of our own errors (ValueError, OSError) are written for users;
+    anything else is named by its type, still on one line, never a traceback.
+    """
+    text = " ".join(str(error).split()) or type(error).__name__
+    if not isinstance(error, (ValueError, OSError)):
+        text = f"{type(error).__name__}: {text}"
+    return f"error: {text}"
+
+
 def _parse_signature(text):
     name, separator, path = text.partition("=")
     if not separator or not name or not path:
@@ -1200,7 +1359,7 @@ def _parse_signature(text):
 
 def main(argv=None):
     """`keras-attention-export MODEL.keras OUT_DIR [--formats ...] [--opset N] [--force]`."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="keras-attention-export",
         description="Export a .keras model to SavedModel and ONNX, check parity with Keras, print and save the report.",
     )
@@ -1234,15 +1393,20 @@ def main(argv=None):
             model, args.out_dir, formats=args.formats, opset=args.opset, overwrite=args.force,
             verify=not args.no_verify, sample_inputs=sample_inputs, vocabulary=args.vocabulary, atol=args.atol,
         )
-    except (ValueError, FileExistsError, FileNotFoundError) as error:
+        if args.report:
+            report.to_json(args.report)
+    # Every failure, ours or not (an OS error, a TensorFlow runtime error),
+    # is one line on stderr and exit status 1: a command prints no traceback.
+    except Exception as error:
         partial = getattr(error, "report", None)
         if partial is not None and args.report:
-            partial.to_json(args.report)
-        print(f"error: {error}", file=sys.stderr)
+            try:
+                partial.to_json(args.report)
+            except OSError:
+                pass  # the error being reported matters more than its report
+        print(error_line(error), file=sys.stderr)
         return 1
     print(report.table())
-    if args.report:
-        report.to_json(args.report)
     print(f"\nwrote {report.directory} (report: {report.paths['report']}) in {report.timings_s['total']:.1f} s")
     for note in report.notes:
         print(f"note: {note}")

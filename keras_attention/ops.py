@@ -11,6 +11,7 @@ import numpy as np
 from keras import ops
 
 from keras_attention._precision import softmax_dtype
+from keras_attention.layers import _checks
 
 __all__ = ["masked_softmax", "sequence_mask"]
 
@@ -28,16 +29,18 @@ def masked_softmax(scores, mask=None, axis=-1):
     The computation runs in float32 (float64 for float64 input) whatever the
     dtype of `scores`, and masked logits are replaced by that dtype's finite
     minimum rather than `-inf`, so neither float16 nor a fully masked row can
-    produce NaN. The result is cast back to the dtype of `scores`.
+    produce NaN. The result is cast back to the dtype of float `scores`;
+    integer (or boolean) scores give float32 weights.
 
     Args:
-        scores: float tensor of logits, any rank.
+        scores: tensor of logits, any rank.
         mask: optional boolean (or 0/1) tensor broadcastable to `scores`;
             true marks a valid position.
         axis: the axis to normalise over.
 
     Returns:
-        A tensor of the shape and dtype of `scores`.
+        A tensor of the shape of `scores`, in its dtype if it is a float
+        dtype, else in float32.
 
     Example:
 
@@ -49,6 +52,9 @@ def masked_softmax(scores, mask=None, axis=-1):
     """
     scores = ops.convert_to_tensor(scores)
     out_dtype = scores.dtype
+    if not keras.backend.is_float_dtype(out_dtype):
+        # Weights in [0, 1] cast back to an integer dtype are all zero.
+        out_dtype = "float32"
     work_dtype = softmax_dtype(out_dtype)
     logits = ops.cast(scores, work_dtype)
     if mask is None:
@@ -65,14 +71,51 @@ def masked_softmax(scores, mask=None, axis=-1):
     logits = ops.where(mask, logits, finite_min)
     # Subtracting the maximum does not change the softmax, so its gradient is
     # not needed; stopping it also keeps ties in the max from leaking gradient.
-    logits = logits - ops.stop_gradient(ops.max(logits, axis=axis, keepdims=True))
+    logits = logits - ops.stop_gradient(_max_along(logits, axis, finite_min))
     unnormalised = ops.exp(logits) * ops.cast(mask, work_dtype)
-    total = ops.sum(unnormalised, axis=axis, keepdims=True)
+    total = ops.sum(unnormalised, axis=_positive_axis(unnormalised, axis), keepdims=True)
     # A row with no valid position has total == 0; dividing by a tiny positive
     # number instead keeps its weights (and their gradients) exactly zero.
     tiny = ops.cast(np.finfo(work_dtype).tiny, work_dtype)
     weights = unnormalised / ops.maximum(total, tiny)
     return ops.cast(weights, out_dtype)
+
+
+# Empty inputs (a batch of 0, a memory of length 0) must also run once a
+# model is exported to ONNX, where three things break on them:
+# - onnxruntime's reductions leave an empty tensor unreduced when the axis
+#   is given as negative: reductions here name their axis from the front;
+# - tf2onnx turns a max over the last axis of a rank-3 tensor into a
+#   GlobalMaxPool, which onnxruntime refuses for any empty axis but the
+#   batch: the max is taken with one more trailing axis, which it leaves;
+# - the max of an empty axis has no value (Keras's eager `max` refuses it):
+#   one more entry of the finite minimum is padded in, which changes nothing
+#   for a non-empty axis.
+
+
+def _positive_axis(x, axis):
+    return axis % len(x.shape)
+
+
+def _pad_one(x, axis, value):
+    """`x` with one more entry of `value` at the end of `axis`."""
+    padding = [[0, 0]] * len(x.shape)
+    padding[_positive_axis(x, axis)] = [0, 1]
+    return ops.pad(x, padding, constant_values=value)
+
+
+def _max_along(x, axis, floor):
+    """`max(x, axis, keepdims=True)`, and `floor` for an empty axis."""
+    axis = _positive_axis(x, axis)
+    padded = ops.expand_dims(_pad_one(x, axis, floor), -1)
+    return ops.squeeze(ops.max(padded, axis=axis, keepdims=True, initial=floor), -1)
+
+
+def any_along(mask, axis=-1, keepdims=False):
+    """`ops.any(mask, axis)`, false for an empty axis, also once exported to ONNX."""
+    counts = ops.cast(mask, "float32")
+    total = ops.sum(counts, axis=_positive_axis(counts, axis), keepdims=keepdims)
+    return ops.greater(total, 0.0)
 
 
 def sequence_mask(lengths, maxlen=None):
@@ -100,8 +143,8 @@ def sequence_mask(lengths, maxlen=None):
             "sequence_mask: `lengths` must be a rank-1 tensor of shape "
             f"(batch,); got shape {tuple(lengths.shape)}."
         )
-    if isinstance(maxlen, int) and maxlen < 0:
-        raise ValueError(f"sequence_mask: `maxlen` must be >= 0; got {maxlen}.")
+    if _checks.is_int(maxlen):
+        maxlen = _checks.check_int("sequence_mask", "maxlen", maxlen, 0)
     lengths = ops.cast(lengths, "int32")
     if maxlen is None:
         maxlen = ops.max(lengths)

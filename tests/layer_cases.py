@@ -120,3 +120,17 @@ def token_batch(rng, batch, length, vocabulary=20, min_length=1):
     lengths = rng.integers(min_length, length + 1, size=batch)
     ids[np.arange(length)[None, :] >= lengths[:, None]] = 0
     return ids
+
+
+def unknown_shape_dataset(batches):
+    """`batches` (tuples of arrays of various batch sizes and lengths) as a
+    tf.data pipeline whose every dimension is unknown when Keras traces its
+    train step, as with real data. (`fit` on NumPy arrays that split into
+    equal batches traces with static shapes, where no run-time shape logic
+    is ever compiled.)"""
+    import tensorflow as tf
+
+    signature = keras.tree.map_structure(
+        lambda array: tf.TensorSpec((None,) * array.ndim, tf.as_dtype(array.dtype)), batches[0]
+    )
+    return tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=signature)

@@ -1,5 +1,7 @@
 """Attention decoder cells, AttentionDecoder and InferenceDecoder."""
 
+import threading
+
 import keras
 import numpy as np
 import onnxruntime
@@ -8,7 +10,7 @@ import pytest
 import keras_attention as ka
 from tests import reference
 from tests.export_check import assert_export_parity
-from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch, weights_of
+from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch, unknown_shape_dataset, weights_of
 
 B, TT, TS, DY, DM, UNITS = 3, 4, 5, 3, 6, 7
 
@@ -252,6 +254,48 @@ def test_user_rnn_with_a_bound_memory_equals_the_decoder():
     np.testing.assert_allclose(got, expected, atol=1e-6)
 
 
+def _decoder_and_model(rng, memory):
+    cell = ka.AttentionGRUCell(UNITS, ka.AdditiveAttention(4))
+    decoder = ka.AttentionDecoder(cell, return_alignments=True)
+    targets_in = keras.Input((None, DY))
+    memory_in = keras.Input((None, DM))
+    model = keras.Model([targets_in, memory_in], decoder(targets_in, memory_in))
+    randomize(cell, rng)
+    return cell, {"decoder": lambda x, m: decoder(x, m), "model": lambda x, m: model([x, m])}
+
+
+@pytest.mark.parametrize("caller", ["decoder", "model"])
+def test_concurrent_calls_from_two_threads_each_read_their_own_memory(caller):
+    rng = np.random.default_rng(16)
+    inputs = rng.normal(size=(B, TT, DY)).astype("float32")
+    memories = [rng.normal(size=(B, TS, DM)).astype("float32") for _ in range(2)]
+    cell, callers = _decoder_and_model(rng, memories[0])
+    call = callers[caller]
+    want = [[np.asarray(x) for x in call(inputs, memory)] for memory in memories]
+    assert not np.allclose(want[0][0], want[1][0])
+    got = [[], []]
+    start = threading.Barrier(2)
+
+    def work(index):
+        start.wait()
+        for _ in range(20):
+            got[index].append([np.asarray(x) for x in call(inputs, memories[index])])
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index in range(2):
+        assert len(got[index]) == 20
+        for outputs in got[index]:
+            for value, expected in zip(outputs, want[index]):
+                np.testing.assert_allclose(value, expected, atol=1e-6)
+    # Nothing stays bound once the calls are over.
+    with pytest.raises(ValueError, match=r"has no memory to attend to"):
+        keras.layers.RNN(cell)(inputs)
+
+
 # ----------------------------------------------------------- Keras integration
 
 
@@ -276,9 +320,12 @@ def test_trains_with_xla_and_unknown_lengths(cell_kind):
     rng = np.random.default_rng(6)
     model = seq2seq(cell_kind)
     model.compile(keras.optimizers.Adam(0.02), ka.SequenceLoss(), jit_compile=True)
-    source, target = token_batch(rng, 16, 7, 12, 2), token_batch(rng, 16, 5, 12, 2)
+    batches = []
+    for batch, source_length, target_length in ((8, 7, 5), (6, 4, 6), (8, 9, 3)):
+        source, target = token_batch(rng, batch, source_length, 12, 2), token_batch(rng, batch, target_length, 12, 2)
+        batches.append(((source, target), target))
     decoder_weights = [w.numpy().copy() for w in model.get_layer("decoder").trainable_weights]
-    history = model.fit([source, target], target, batch_size=8, epochs=4, verbose=0).history["loss"]
+    history = model.fit(unknown_shape_dataset(batches), epochs=4, shuffle=False, verbose=0).history["loss"]
     assert np.isfinite(history).all() and history[-1] < history[0]
     for old, new in zip(decoder_weights, model.get_layer("decoder").trainable_weights):
         assert not np.allclose(old, new.numpy()), new.path
@@ -471,3 +518,178 @@ def test_decoding_without_alignments_gives_the_same_ids(method):
         np.testing.assert_allclose(lean[key], full[key], atol=1e-6, err_msg=key)
     restored = ka.InferenceDecoder.from_config(lean_decoder.get_config())
     assert restored.return_alignments is False
+
+
+def _inference_decoder(**options):
+    cell = ka.AttentionGRUCell(4, ka.GeneralAttention())
+    return ka.InferenceDecoder(cell, keras.layers.Embedding(7, 3), keras.layers.Dense(7), 1, 2, 5, **options)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"temperature": 0}, r"InferenceDecoder: `temperature` must be a finite number > 0; got 0"),
+        ({"temperature": -1.0}, r"`temperature` must be a finite number > 0; got -1.0"),
+        ({"temperature": float("nan")}, r"`temperature` must be a finite number > 0; got nan"),
+        ({"top_k": 0}, r"InferenceDecoder: `top_k` must be a positive integer or None; got 0"),
+        ({"top_k": 2.5}, r"`top_k` must be a positive integer or None; got 2.5"),
+        ({"length_penalty_weight": -0.5}, r"`length_penalty_weight` must be a finite number >= 0; got -0.5"),
+        ({"length_penalty_weight": float("nan")}, r"`length_penalty_weight` must be a finite number >= 0; got nan"),
+        ({"coverage_penalty_weight": float("inf")}, r"`coverage_penalty_weight` must be a finite number >= 0; got inf"),
+        ({"beam_width": 0}, r"`beam_width` must be a positive integer; got 0"),
+    ],
+)
+def test_inference_decoder_checks_every_option_when_constructed(options, message):
+    # Whatever the method: the options are refused where they are given, not
+    # at the first predict, from inside the decoding loop.
+    with pytest.raises(ValueError, match=message):
+        _inference_decoder(method="greedy", **options)
+    config = _inference_decoder(method="sample").get_config()
+    config.update(options)
+    # Keras's from_config re-raises a constructor's error as a TypeError
+    # that quotes it.
+    with pytest.raises((ValueError, TypeError), match=message):
+        ka.InferenceDecoder.from_config(config)
+
+
+def test_top_k_above_the_vocabulary_samples_from_every_token():
+    memory = np.random.default_rng(17).normal(size=(4, 5, 6)).astype("float32")
+    results = []
+    for top_k in (None, 7, 50):  # the vocabulary has 7 tokens
+        keras.utils.set_random_seed(3)
+        results.append(_inference_decoder(method="sample", top_k=top_k, seed=9)(memory))
+    for result in results[1:]:
+        np.testing.assert_array_equal(result["ids"], results[0]["ids"])
+
+
+def test_one_attention_layer_given_to_two_cells_is_refused_at_the_second():
+    rng = np.random.default_rng(18)
+    inputs, memory, mask = data(rng)
+    attention = ka.AdditiveAttention(4)
+    first = ka.AttentionGRUCell(UNITS, attention, name="first")
+    with pytest.raises(ValueError, match=r"AttentionLSTMCell: `attention` 'additive_attention\w*' already belongs to AttentionGRUCell 'first'; one layer cannot serve two owners"):
+        ka.AttentionLSTMCell(UNITS, attention)
+    with pytest.raises(ValueError, match=r"AttentionWrapper: `attention` .* already belongs to AttentionGRUCell 'first'"):
+        ka.AttentionWrapper(keras.layers.GRUCell(4), attention)
+    # The first cell keeps the one set of attention weights it was built with.
+    decoder = build_decoder(first, rng, inputs, memory)
+    assert [w.path for w in attention.weights] == [w.path for w in first.attention.weights]
+    assert len(first.weights) == 4 + 3
+    state = np.zeros((B, UNITS), "float32")
+    outputs, _, _ = decoder(inputs, memory, memory_mask=mask)
+    want, _, _ = gru_reference(first, inputs, memory, mask, np.ones((B, TT), bool), state)
+    np.testing.assert_allclose(outputs, want, atol=1e-5)
+
+
+def test_score_layers_are_not_shared_between_composite_layers_either():
+    score = ka.GeneralAttention()
+    ka.HardAttention(score)
+    with pytest.raises(ValueError, match=r"SelfAttention: `score` 'general_attention\w*' already belongs to HardAttention"):
+        ka.SelfAttention(4, score=score)
+
+
+def test_an_attention_built_for_another_size_is_refused_and_one_built_for_these_sizes_is_kept():
+    rng = np.random.default_rng(19)
+    inputs, memory, mask = data(rng)
+    attention = ka.AdditiveAttention(4)
+    attention(np.zeros((B, UNITS), "float32"), np.zeros((B, TS, 3), "float32"))  # keys of size 3
+    with pytest.raises(ValueError, match=r"AttentionGRUCell: `attention` '\w+' is already built for queries of size 7 and keys of size 3; this cell queries it with size 7 over a memory of size 6"):
+        ka.AttentionDecoder(ka.AttentionGRUCell(UNITS, attention))(inputs, memory)
+
+    fitting = ka.AdditiveAttention(4)
+    fitting(np.zeros((B, UNITS), "float32"), memory)
+    randomize(fitting, rng)
+    values = [w.numpy() for w in fitting.weights]
+    cell = ka.AttentionGRUCell(UNITS, fitting)
+    ka.AttentionDecoder(cell)(inputs, memory)
+    assert len(cell.weights) == 4 + len(values)
+    for variable, value in zip(fitting.weights, values):
+        np.testing.assert_array_equal(variable.numpy(), value)
+
+
+def test_inference_decoder_beams_beyond_the_vocabulary_are_empty():
+    memory = np.random.default_rng(20).normal(size=(2, 5, 6)).astype("float32")
+    result = _inference_decoder(method="beam", beam_width=10)
+    result = ka.InferenceDecoder.from_config({**result.get_config(), "max_length": 1})(memory)
+    result = {k: np.asarray(v) for k, v in result.items()}
+    # 7 one-token hypotheses for a width of 10.
+    assert np.isfinite(result["scores"][:, :7]).all() and (result["lengths"][:, :7] == 1).all()
+    np.testing.assert_array_equal(np.sort(result["ids"][:, :7, 0], axis=1), np.tile(np.arange(7), (2, 1)))
+    assert (result["scores"][:, 7:] == -np.inf).all() and (result["log_probs"][:, 7:] == -np.inf).all()
+    assert (result["lengths"][:, 7:] == 0).all() and (result["ids"][:, 7:] == 2).all()
+    assert (result["alignments"][:, 7:] == 0).all()
+
+
+@pytest.mark.parametrize(
+    "make_cell",
+    [
+        lambda: keras.layers.LSTMCell(UNITS, dropout=0.3, recurrent_dropout=0.3),
+        lambda: keras.layers.GRUCell(UNITS, dropout=0.3, recurrent_dropout=0.3),
+        lambda: keras.layers.StackedRNNCells(
+            [keras.layers.LSTMCell(UNITS, dropout=0.3), keras.layers.GRUCell(5, recurrent_dropout=0.3)]
+        ),
+    ],
+    ids=["lstm", "gru", "stacked"],
+)
+def test_wrapper_around_a_cell_with_dropout_trains(make_cell):
+    """Keras draws a cell's dropout masks before its loop only for the cell
+    it runs; the wrapped cell drew them inside the loop and kept them, so
+    training failed with an InaccessibleTensorError."""
+    rng = np.random.default_rng(21)
+    source = keras.Input((None,), dtype="int32")
+    target = keras.Input((None,), dtype="int32")
+    memory = keras.layers.Embedding(12, DM, mask_zero=True)(source)
+    cell = ka.AttentionWrapper(make_cell(), ka.AdditiveAttention(4), attention_layer_size=6)
+    outputs = ka.AttentionDecoder(cell, name="decoder")(keras.layers.Embedding(12, DY, mask_zero=True)(target), memory)
+    model = keras.Model([source, target], keras.layers.Dense(12)(outputs))
+    model.compile(keras.optimizers.Adam(0.02), ka.SequenceLoss())
+    x = [token_batch(rng, 16, 6, 12, 2), token_batch(rng, 16, 5, 12, 2)]
+    before = [w.numpy().copy() for w in cell.cell.trainable_weights]
+    history = model.fit(x, x[1], batch_size=8, epochs=3, verbose=0).history["loss"]
+    assert np.isfinite(history).all() and history[-1] < history[0]
+    for old, new in zip(before, cell.cell.trainable_weights):
+        assert not np.allclose(old, new.numpy()), new.path
+    # Dropout acts in training only, with new masks for every call.
+    first, second = (np.asarray(model(x, training=True)) for _ in range(2))
+    assert not np.allclose(first, second)
+    np.testing.assert_array_equal(model(x), model(x))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"inputs": np.zeros((2, TT, DY), "float32")}, r"AttentionDecoder: `inputs` and `memory` must have the same batch size; got shapes \(2, 4, 3\) and \(3, 5, 6\)"),
+        ({"memory_mask": np.ones((B, TS - 1), bool)}, r"AttentionDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(3, 4\)"),
+        ({"memory_mask": np.ones((2, TS), bool)}, r"AttentionDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(2, 5\)"),
+        ({"memory_mask": np.ones((B, TS, 1), bool)}, r"`memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(3, 5, 1\)"),
+        ({"inputs_mask": np.ones((B, TT + 1), bool)}, r"AttentionDecoder: `inputs_mask` must have shape \(batch, Tt\) = \(3, 4\); got shape \(3, 5\)"),
+        ({"memory": np.zeros((B, DM), "float32")}, r"AttentionDecoder: `memory` must have rank 3 \(batch, Ts, d\); got shape \(3, 6\)"),
+        ({"initial_state": [np.zeros((2, UNITS), "float32")]}, r"AttentionGRUCell: `initial_state\[0\]` must have shape \(batch, 7\) = \(3, 7\); got shape \(2, 7\)"),
+        ({"initial_state": [np.zeros((B, UNITS + 1), "float32")]}, r"`initial_state\[0\]` must have shape \(batch, 7\) = \(3, 7\); got shape \(3, 8\)"),
+    ],
+)
+def test_decoder_checks_the_memory_mask_and_batches_against_the_memory(change, message):
+    rng = np.random.default_rng(22)
+    inputs, memory, mask = data(rng)
+    decoder = ka.AttentionDecoder(ka.AttentionGRUCell(UNITS, ka.AdditiveAttention(4)))
+    decoder(inputs, memory)
+    arguments = {"inputs": inputs, "memory": memory, "memory_mask": mask, **change}
+    with pytest.raises(ValueError, match=message):
+        decoder(arguments.pop("inputs"), arguments.pop("memory"), **arguments)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"memory_mask": np.ones((B, TS - 1), bool)}, r"InferenceDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(3, 4\)"),
+        ({"memory_mask": np.ones((2, TS), bool)}, r"InferenceDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(2, 5\)"),
+        ({"initial_state": np.zeros((2, UNITS), "float32")}, r"AttentionGRUCell: `initial_state\[0\]` must have shape \(batch, 7\) = \(3, 7\); got shape \(2, 7\)"),
+    ],
+)
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_inference_decoder_checks_the_memory_mask_and_state_against_the_memory(change, message, method):
+    rng = np.random.default_rng(23)
+    cell, embedding, output_layer, memory = trained_parts(rng)
+    decoder = ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, 4, method=method, beam_width=2)
+    with pytest.raises(ValueError, match=message):
+        decoder(memory, **change)

@@ -213,6 +213,28 @@ def test_sampling_follows_the_model_distribution_and_respects_top_k():
     np.testing.assert_array_equal(first, again)
 
 
+@pytest.mark.parametrize("temperature", [1e-38, 1e-300])
+def test_sampling_below_the_float32_normal_range_is_argmax(temperature):
+    """1e-38 is a float32 subnormal, 1e-300 a float32 zero: dividing the
+    log-probabilities by either sent every token to -inf, and token 0 won."""
+    rng = np.random.default_rng(11)
+    model = TableModel(rng, batch=6, vocabulary=5, max_time=6)
+    greedy = greedy_search(model, model.state, 1, END, 6)
+    assert (greedy["ids"].numpy() != 0).any()
+    sampled = sampling_search(model, model.state, 1, END, 6, temperature=temperature, seed=2)
+    np.testing.assert_array_equal(sampled["ids"], greedy["ids"])
+    np.testing.assert_allclose(sampled["scores"], greedy["scores"], rtol=1e-6)
+
+
+def test_top_k_of_at_least_the_vocabulary_keeps_every_token():
+    rng = np.random.default_rng(12)
+    model = TableModel(rng, batch=8, vocabulary=5, max_time=4)
+    everything = sampling_search(model, model.state, 1, END, 4, seed=7)
+    for top_k in (5, 50):
+        got = sampling_search(model, model.state, 1, END, 4, top_k=top_k, seed=7)
+        np.testing.assert_array_equal(got["ids"], everything["ids"])
+
+
 def test_decoders_compile_with_xla():
     rng = np.random.default_rng(9)
     model = TableModel(rng, batch=2, vocabulary=4, max_time=5, source_lengths=[3, 5])
@@ -318,9 +340,14 @@ def test_tile_batch_repeats_in_place():
     "call, message",
     [
         (lambda m: beam_search(m, m.state, 1, END, 3, beam_width=0), r"`beam_width` must be a positive integer; got 0"),
-        (lambda m: beam_search(m, m.state, 1, END, 3, 2, length_penalty_weight=-1), r"`length_penalty_weight` must be a number >= 0; got -1"),
+        (lambda m: beam_search(m, m.state, 1, END, 3, 2, length_penalty_weight=-1), r"`length_penalty_weight` must be a finite number >= 0; got -1"),
+        (lambda m: beam_search(m, m.state, 1, END, 3, 2, length_penalty_weight=float("nan")), r"beam_search: `length_penalty_weight` must be a finite number >= 0; got nan"),
+        (lambda m: beam_search(m, m.state, 1, END, 3, 2, length_penalty_weight=float("inf")), r"beam_search: `length_penalty_weight` must be a finite number >= 0; got inf"),
+        (lambda m: beam_search(m, m.state, 1, END, 3, 2, coverage_penalty_weight=float("nan")), r"beam_search: `coverage_penalty_weight` must be a finite number >= 0; got nan"),
+        (lambda m: beam_search(m, m.state, 1, END, 3, 2, coverage_penalty_weight=np.float32("inf")), r"beam_search: `coverage_penalty_weight` must be a finite number >= 0; got np.float32\(inf\)"),
         (lambda m: greedy_search(m, m.state, 1, END, 0), r"`max_length` must be a positive integer; got 0"),
-        (lambda m: sampling_search(m, m.state, 1, END, 3, temperature=0), r"`temperature` must be a number > 0; got 0"),
+        (lambda m: sampling_search(m, m.state, 1, END, 3, temperature=0), r"`temperature` must be a finite number > 0; got 0"),
+        (lambda m: sampling_search(m, m.state, 1, END, 3, temperature=float("nan")), r"`temperature` must be a finite number > 0; got nan"),
         (lambda m: sampling_search(m, m.state, 1, END, 3, top_k=0), r"`top_k` must be a positive integer or None; got 0"),
         (lambda m: greedy_search(lambda ids, s: ids, m.state, 1, END, 3), r"must return `\(logits, state\)`"),
         (lambda m: greedy_search(m, m.state, np.ones((2, 2), "int32"), END, 3), r"`start_tokens` must be an int or a rank-1 tensor.*\(2, 2\)"),
@@ -332,3 +359,23 @@ def test_bad_arguments(call, message):
     model = TableModel(np.random.default_rng(0), batch=2, vocabulary=3, max_time=3)
     with pytest.raises(ValueError, match=message):
         call(model)
+
+
+@pytest.mark.parametrize("vocabulary, max_length", [(7, 1), (3, 2)])
+def test_beams_beyond_the_valid_hypotheses_are_empty(vocabulary, max_length):
+    """Vocabulary 7 and max_length 1 have 7 hypotheses; a width of 10 used to
+    fill three beams with ids, length 1 and a score of -1.7e38."""
+    rng = np.random.default_rng(13)
+    model = TableModel(rng, batch=2, vocabulary=vocabulary, max_time=max_length, source_lengths=[3, 2])
+    result = {k: v.numpy() for k, v in beam_search(model, model.state, 1, END, max_length, beam_width=10).items()}
+    for example in range(2):
+        want = exhaustive(model, example, max_length, start=1)
+        real = len(want)
+        assert real < 10
+        np.testing.assert_allclose(result["scores"][example, :real], [score for score, _ in want], rtol=1e-5)
+        assert (result["lengths"][example, :real] >= 1).all()
+        assert (result["scores"][example, real:] == -np.inf).all()
+        assert (result["log_probs"][example, real:] == -np.inf).all()
+        assert (result["lengths"][example, real:] == 0).all()
+        assert (result["ids"][example, real:] == END).all()
+        assert (result["alignments"][example, real:] == 0).all()

@@ -214,25 +214,105 @@ def load_script(name):
     return module
 
 
-def test_serve_onnx_script_prints_outputs_text_and_latency_percentiles(seq2seq, capsys):
+def test_serve_onnx_script_prints_the_translations_and_tensors_on_request(seq2seq, capsys):
     done = run_script(
         "export/serve_onnx.py", seq2seq["directory"], "--signature", "translate",
         "--inputs", json.dumps({"source": ["abc", "ba"]}), "--runs", "20", "--threads", "1",
     )
     assert done.returncode == 0, done.stderr
-    assert "ids int32 (2, 7)" in done.stdout and "ids as text:" in done.stdout
-    want = decode_ids(seq2seq["greedy"](encode_strings(["abc", "ba"], TOY_VOCABULARY))["ids"], TOY_VOCABULARY)
-    assert json.dumps(want) in done.stdout
-    assert "latency over 20 runs (ms): p50" in done.stdout and "p90" in done.stdout and "p99" in done.stdout
+    sources = encode_strings(["abc", "ba"], TOY_VOCABULARY)
+    decoded = {k: np.asarray(v) for k, v in seq2seq["greedy"](sources).items()}
+    want = decode_ids(decoded["ids"], TOY_VOCABULARY)
+    # What was asked for, one translation a line; no tensor, no alignment.
+    assert done.stdout.splitlines() == want
+    assert "latency over 20 runs (ms): p50" in done.stderr and "p90" in done.stderr and "p99" in done.stderr
 
     serve = load_script("serve_onnx")
+    directory = str(seq2seq["directory"])
     inputs = seq2seq["directory"].parent / "inputs.json"
-    inputs.write_text(json.dumps(["abc"]))
-    assert serve.main([str(seq2seq["directory"]), "--signature", "translate", "--inputs-file", str(inputs), "--runs", "3", "--json"]) == 0
+    inputs.write_text(json.dumps(["abc", "ba"]))
+    assert serve.main([directory, "--signature", "translate", "--inputs-file", str(inputs), "--runs", "3", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["text"]["ids"] == want[:1] and document["latency_ms"]["runs"] == 3
-    assert serve.main([str(seq2seq["directory"]), "--inputs", "{not json"]) == 1
-    assert "error: --inputs is not valid JSON" in capsys.readouterr().err
+    assert [row["text"] for row in document["translations"]] == want
+    np.testing.assert_allclose([row["score"] for row in document["translations"]], decoded["scores"], atol=1e-4)
+    assert "outputs" not in document and document["latency_ms"]["runs"] == 3
+
+    # A beam search: the best beam, with its score.
+    beams = {k: np.asarray(v) for k, v in seq2seq["beam"](sources).items()}
+    assert serve.main([directory, "--signature", "translate_beam", "--inputs", json.dumps(["abc", "ba"]), "--runs", "1", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [row["text"] for row in document["translations"]] == decode_ids(beams["ids"][:, 0], TOY_VOCABULARY)
+    np.testing.assert_allclose([row["score"] for row in document["translations"]], beams["scores"][:, 0], atol=1e-4)
+
+    # Tensors on request.
+    assert serve.main([directory, "--signature", "translate", "--inputs", json.dumps(["abc"]), "--runs", "1", "--all-outputs"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == want[0] and "alignments float32 (1, 7, 3)" in out and "ids int32 (1, 7)" in out
+    assert serve.main([directory, "--signature", "translate", "--inputs", json.dumps(["abc"]), "--runs", "1", "--json", "--all-outputs"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    np.testing.assert_allclose(document["outputs"]["alignments"], np.asarray(seq2seq["greedy"](sources[:1])["alignments"]), atol=1e-4)
+
+    # A model without ids prints its outputs.
+    assert serve.main([directory, "--inputs", json.dumps({"source": sources.tolist(), "target": sources.tolist()}), "--runs", "1"]) == 0
+    assert "logits float32 (2, 3, 9)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        ("[]", r"error: input 'source' must have rank 2, shape \(batch, source_length\); got shape \(0,\) \(\[\]\)\."),
+        ("5", r"error: input 'source' must have rank 2, shape \(batch, source_length\); got shape \(\) \(5\)\."),
+        ("null", r"error: input 'source' must be a nested list of numbers of shape \(batch, source_length\); got None\."),
+        ('[[1, 2], [3]]', r"error: input 'source' must be a nested list of numbers of shape \(batch, source_length\)"),
+        ("[[1, 99]]", r"error: input 'source' holds the id 99, outside the model's vocabulary: its embedding has 9 rows \(ids 0 to 8\)\."),
+        ("[[1, -1]]", r"error: input 'source' holds the id -1, outside the model's vocabulary"),
+        ("[[1.5, 2]]", r"error: input 'source' must hold integers \(it is int32\)"),
+        ('{"source": [[1]], "extra": [[1]]}', r"error: `inputs` has keys \['extra', 'source'\]; the model expects exactly \['source'\]\."),
+        ("{not json", r"error: --inputs is not valid JSON"),
+    ],
+)
+def test_serve_onnx_failures_are_one_line_naming_the_input(seq2seq, capsys, inputs, message):
+    serve = load_script("serve_onnx")
+    assert serve.main([str(seq2seq["directory"]), "--signature", "translate", "--inputs", inputs, "--runs", "1"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and re.match(message, lines[0]), captured.err
+
+
+def test_run_onnx_raises_value_errors_naming_the_input(seq2seq):
+    directory = seq2seq["directory"]
+    with pytest.raises(ValueError, match=r"input 'source' holds the id 12, outside the model's vocabulary: its embedding has 9 rows"):
+        run_onnx(directory, {"source": [[1, 12]]}, signature="translate", runs=1, warmup=0)
+    with pytest.raises(ValueError, match=r"input 'target' must have rank 2"):
+        run_onnx(directory, {"source": [[1]], "target": [1]}, runs=1, warmup=0)
+    # An empty length is a valid input: the layers return their zero context.
+    empty = run_onnx(directory, {"source": [[]]}, signature="translate", runs=1, warmup=0)
+    assert empty["outputs"]["ids"].shape == (1, 7)
+
+
+# TensorFlow's C++ start-up logging (absl, cudart), written to stderr when
+# the package imports it, whatever TF_CPP_MIN_LOG_LEVEL says.
+_TF_LOG = re.compile(r"^(WARNING: All log messages before absl|[IWEF]\d{4} \d\d:\d\d:\d\d)")
+
+
+def _script_errors(done):
+    return [line for line in done.stderr.strip().splitlines() if not _TF_LOG.match(line)]
+
+
+def test_serve_onnx_script_in_its_own_process_prints_no_traceback(seq2seq, tmp_path):
+    done = run_script("export/serve_onnx.py", seq2seq["directory"], "--signature", "translate", "--inputs", "[[1, 99]]", "--runs", "1")
+    assert done.returncode == 1 and done.stdout == ""
+    assert _script_errors(done) == [
+        "error: input 'source' holds the id 99, outside the model's vocabulary: its embedding has 9 rows (ids 0 to 8)."
+    ]
+    done = run_script("export/serve_onnx.py", tmp_path / "nothing", "--inputs", "[[1]]")
+    assert done.returncode == 1 and len(_script_errors(done)) == 1
+    assert _script_errors(done)[0].startswith("error: no ONNX file")
+    done = run_script("export/serve_onnx.py", seq2seq["directory"], "--runs", "many")
+    assert done.returncode == 2 and _script_errors(done) == [
+        "error: argument --runs: invalid int value: 'many' (see serve_onnx.py --help)"
+    ]
 
 
 def test_vocabulary_helpers(tmp_path):
@@ -420,6 +500,57 @@ def test_export_command_prints_the_table_and_writes_the_json_report(tmp_path, ca
     assert "serving_default  onnx" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["model.onnx", "report.json"]
     assert not (tmp_path / "other").exists()
+
+
+def _one_error_line(capsys):
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    return lines[0]
+
+
+def test_export_command_failures_are_one_line_and_leave_nothing(tmp_path, capsys, monkeypatch):
+    model = small_model()
+    model(np.ones((1, 3), "int32"))
+    model.save(tmp_path / "model.keras")
+    main = load_script("export_model").main
+    keras_file = str(tmp_path / "model.keras")
+
+    # The output path under a regular file.
+    (tmp_path / "file.txt").write_text("not a directory")
+    assert main([keras_file, str(tmp_path / "file.txt" / "out")]) == 1
+    assert "which is a file; expected a path under a directory" in _one_error_line(capsys)
+    assert main([keras_file, str(tmp_path / "file.txt" / "deeper" / "out")]) == 1
+    line = _one_error_line(capsys)
+    assert f"is under {str(tmp_path / 'file.txt')!r}, which is a file" in line
+
+    # A directory nobody may write in (as root: a read-only file system).
+    if os.geteuid() == 0:
+        target = Path("/sys/keras_attention_export_test/out")
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        target = locked / "sub" / "out"
+    assert main([keras_file, str(target)]) == 1
+    line = _one_error_line(capsys)
+    assert "cannot create the export there" in line
+    assert not target.parent.exists()
+
+    # Any other failure (here TensorFlow's) is one line too, named by its type.
+    def broken(*args, **kwargs):
+        raise tf.errors.InternalError(None, None, "the graph\nfell over")
+
+    monkeypatch.setattr(export_module, "export_model", broken)
+    assert main([keras_file, str(tmp_path / "out")]) == 1
+    assert _one_error_line(capsys) == "error: InternalError: the graph fell over"
+    assert not (tmp_path / "out").exists()
+
+    # Usage errors as well, with status 2.
+    with pytest.raises(SystemExit) as exit:
+        main([keras_file, str(tmp_path / "out"), "--opset", "high"])
+    assert exit.value.code == 2
+    assert _one_error_line(capsys) == "error: argument --opset: invalid int value: 'high' (see keras-attention-export --help)"
 
 
 def test_token_vocabularies_round_trip_through_the_vocabulary_file(tmp_path):

@@ -114,7 +114,7 @@ def test_score_layer_takes_the_hard_layer_dtype_policy():
         ({"score": "cosine"}, r"HardAttention: unknown `score` 'cosine'; expected one of 'dot', 'scaled_dot'"),
         ({"score": "additive"}, r"`score='additive'` needs a size; pass `score=AdditiveAttention\(units=...\)`"),
         ({"score": 3}, r"`score` must be a score layer of this library .* got 3"),
-        ({"temperature": 0.0}, r"`temperature` must be a number > 0; got 0.0"),
+        ({"temperature": 0.0}, r"`temperature` must be a finite number > 0; got 0.0"),
     ],
 )
 def test_bad_arguments(kwargs, message):

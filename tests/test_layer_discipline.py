@@ -24,6 +24,7 @@ from tests.layer_cases import (
     keras_model,
     lengths_mask,
     token_batch,
+    unknown_shape_dataset,
     weights_of,
 )
 
@@ -253,9 +254,11 @@ def test_functional_model_with_unknown_lengths_fits_with_xla(case):
     )
     attention = model.get_layer("attention")
     before = [w.numpy().copy() for w in attention.trainable_weights]
-    x = [token_batch(rng, 16, 7), token_batch(rng, 16, 5)]
-    y = rng.integers(0, 3, size=16)
-    history = model.fit(x, y, batch_size=8, epochs=2, verbose=0)
+    batches = [
+        ((token_batch(rng, batch, source_length), token_batch(rng, batch, target_length)), rng.integers(0, 3, size=batch))
+        for batch, source_length, target_length in ((8, 7, 5), (5, 4, 6))
+    ]
+    history = model.fit(unknown_shape_dataset(batches), epochs=2, shuffle=False, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
     # Other lengths reuse the same model (the shapes were never fixed).
     predictions = model.predict([token_batch(rng, 4, 11), token_batch(rng, 4, 3)], verbose=0)

@@ -1,8 +1,11 @@
 """Bad input gives a ValueError naming the argument, what it got and what was expected."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
 import keras_attention as ka
 from tests.layer_cases import CASES, case_params
@@ -82,3 +85,89 @@ def test_every_case_is_covered():
         ka.AdditiveAttention, ka.DotAttention, ka.ScaledDotAttention,
         ka.GeneralAttention, ka.ConcatAttention, ka.HardAttention,
     }
+
+
+def _cell(units=4):
+    return ka.AttentionGRUCell(units, ka.AdditiveAttention(3))
+
+
+# Each pair builds the same object from NumPy scalars and from Python numbers.
+NUMPY_SCALAR_PAIRS = {
+    "additive": lambda n: ka.AdditiveAttention(n.int64(8), dropout=n.float32(0.25), chunk_size=n.int32(4)),
+    "concat": lambda n: ka.ConcatAttention(units=n.int64(5)),
+    "hard": lambda n: ka.HardAttention("dot", temperature=n.float32(0.5)),
+    "monotonic": lambda n: ka.BahdanauMonotonicAttention(n.int64(4), sigmoid_noise=n.float32(0.5), score_bias_init=n.float32(-1.5)),
+    "multi_head": lambda n: ka.MultiHeadAttention(n.int64(2), n.int64(4), value_dim=n.int64(3), output_dim=n.int64(6), dropout=n.float32(0.25)),
+    "self_attention": lambda n: ka.SelfAttention(n.int64(4), window=n.int64(3), regularization_weight=n.float32(0.25), dropout=n.float64(0.5)),
+    "pooling": lambda n: ka.AttentionPooling(n.int16(4)),
+    "pointer": lambda n: ka.PointerAttention(n.uint8(4)),
+    "targeted": lambda n: ka.TargetedAttention(n.int64(4), dropout=n.float32(0.25)),
+    "gru_cell": lambda n: ka.AttentionGRUCell(n.int64(4), ka.DotAttention()),
+    "wrapper": lambda n: ka.AttentionWrapper(keras.layers.GRUCell(4), ka.DotAttention(), attention_layer_size=n.int64(5)),
+    "inference": lambda n: ka.InferenceDecoder(
+        _cell(), keras.layers.Embedding(9, 3), keras.layers.Dense(9), n.int64(1), n.int32(2), n.int64(5),
+        method="sample", beam_width=n.int64(3), length_penalty_weight=n.float32(0.5),
+        coverage_penalty_weight=n.float32(0.25), temperature=n.float32(0.5), top_k=n.int64(3),
+    ),
+    "pointer_network": lambda n: ka.PointerNetwork(n.int64(8), attention_units=n.int64(4), max_length=n.int64(6), beam_width=n.int64(2), length_penalty_weight=n.float32(0.5)),
+}
+
+
+class _Python:
+    """Stands in for NumPy's scalar constructors with Python's own numbers."""
+
+    def __getattr__(self, name):
+        return float if name.startswith("float") else int
+
+
+def _without_names(config):
+    if isinstance(config, dict):
+        return {k: _without_names(v) for k, v in config.items() if k != "name"}
+    return config
+
+
+@pytest.mark.parametrize("make", list(NUMPY_SCALAR_PAIRS.values()), ids=list(NUMPY_SCALAR_PAIRS))
+def test_numpy_scalars_are_accepted_as_keras_accepts_them(make):
+    from_numpy, from_python = make(np), make(_Python())
+    config = from_numpy.get_config()
+    # Kept as Python numbers: the config is JSON, as a .keras file needs.
+    assert _without_names(json.loads(json.dumps(config))) == _without_names(from_python.get_config())
+    assert type(from_numpy).from_config(config).get_config() == config
+
+
+def test_numpy_scalars_in_the_decoding_functions_and_ops():
+    steps = []
+
+    def step(ids, state):
+        steps.append(ids)
+        return ops.one_hot(ops.minimum(ids + 1, 3), 4) * 5.0, state
+
+    state = np.zeros((2, 1), "float32")
+    greedy = ka.decoding.greedy_search(step, state, np.int64(1), np.int64(3), np.int64(4))
+    np.testing.assert_array_equal(greedy["ids"], [[2, 3, 3, 3], [2, 3, 3, 3]])
+    beams = ka.decoding.beam_search(step, state, np.int32(1), np.int64(3), np.int64(3), np.int64(2), length_penalty_weight=np.float32(0.5))
+    np.testing.assert_array_equal(np.asarray(beams["ids"])[:, 0], [[2, 3, 3], [2, 3, 3]])
+    sampled = ka.decoding.sampling_search(step, state, 1, 3, 3, temperature=np.float32(1e-3), top_k=np.int64(2), seed=1)
+    np.testing.assert_array_equal(sampled["ids"], [[2, 3, 3], [2, 3, 3]])
+    assert ka.decoding.tile_batch(np.ones((2, 3)), np.int64(2)).shape == (4, 3)
+    np.testing.assert_array_equal(ka.sequence_mask([1, 3], np.int64(4)), [[1, 0, 0, 0], [1, 1, 1, 0]])
+    model = ka.models.hierarchical_attention_network(np.int64(20), np.int64(3), embedding_dim=np.int64(4), word_units=np.int64(2), sentence_units=np.int64(2))
+    assert model.output_shape == (None, 3)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: ka.AdditiveAttention(np.int64(0)), r"AdditiveAttention: `units` must be a positive integer; got np.int64\(0\)"),
+        (lambda: ka.DotAttention(dropout=np.float32(1.5)), r"DotAttention: `dropout` must be a number in \[0, 1\); got np.float32\(1.5\)"),
+        (lambda: ka.AdditiveAttention(np.float32(8)), r"AdditiveAttention: `units` must be a positive integer; got np.float32\(8.0\)"),
+        (lambda: ka.AdditiveAttention(True), r"`units` must be a positive integer; got True"),
+        (lambda: ka.PointerNetwork(8, length_penalty_weight=float("nan")), r"PointerNetwork: `length_penalty_weight` must be a finite number >= 0; got nan"),
+        (lambda: ka.HardAttention("dot", temperature=float("inf")), r"HardAttention: `temperature` must be a finite number > 0; got inf"),
+        (lambda: ka.SelfAttention(4, regularization_weight=float("nan")), r"SelfAttention: `regularization_weight` must be a finite number >= 0; got nan"),
+        (lambda: ka.LuongMonotonicAttention(sigmoid_noise=float("inf")), r"LuongMonotonicAttention: `sigmoid_noise` must be a finite number >= 0; got inf"),
+    ],
+)
+def test_numpy_scalars_of_the_wrong_kind_and_non_finite_numbers_are_named_in_the_error(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()

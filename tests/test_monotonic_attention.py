@@ -11,7 +11,7 @@ from keras_attention.layers.monotonic import monotonic_alignment
 from tests import reference
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
-from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch, weights_of
+from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch, unknown_shape_dataset, weights_of
 from tests.test_cells import own_weights, sigmoid
 
 B, TQ, TS, DQ, DK, DV = 3, 4, 6, 4, 3, 5
@@ -462,10 +462,13 @@ def test_trains_with_xla_and_unknown_lengths(kind, attention_kwargs):
     rng = np.random.default_rng(9)
     model = seq2seq(kind, with_alignments=False, **attention_kwargs)
     model.compile(keras.optimizers.Adam(0.02), ka.SequenceLoss(), jit_compile=True)
-    source, target = token_batch(rng, 16, 7, 12, 2), token_batch(rng, 16, 5, 12, 2)
+    batches = []
+    for batch, source_length, target_length in ((8, 7, 5), (6, 4, 6), (8, 9, 3)):
+        source, target = token_batch(rng, batch, source_length, 12, 2), token_batch(rng, batch, target_length, 12, 2)
+        batches.append(((source, target), target))
     attention = model.get_layer("decoder").cell.attention
     before = [w.numpy().copy() for w in attention.trainable_weights]
-    history = model.fit([source, target], target, batch_size=8, epochs=3, verbose=0).history["loss"]
+    history = model.fit(unknown_shape_dataset(batches), epochs=3, shuffle=False, verbose=0).history["loss"]
     assert np.isfinite(history).all() and history[-1] < history[0]
     for old, new in zip(before, attention.trainable_weights):
         assert not np.allclose(old, new.numpy()), new.path
@@ -510,8 +513,8 @@ def test_greedy_inference_with_hard_attention_exports_with_identical_ids(tmp_pat
          r"BahdanauMonotonicAttention: unknown `mode` 'soft'; expected one of 'parallel', 'recursive', 'hard'"),
         (lambda: ka.LuongMonotonicAttention(mode="Hard"), r"LuongMonotonicAttention: unknown `mode` 'Hard'"),
         (lambda: ka.BahdanauMonotonicAttention(4, sigmoid_noise=-1.0),
-         r"BahdanauMonotonicAttention: `sigmoid_noise` must be a number >= 0; got -1.0"),
-        (lambda: ka.LuongMonotonicAttention(sigmoid_noise="1"), r"`sigmoid_noise` must be a number >= 0; got '1'"),
+         r"BahdanauMonotonicAttention: `sigmoid_noise` must be a finite number >= 0; got -1.0"),
+        (lambda: ka.LuongMonotonicAttention(sigmoid_noise="1"), r"`sigmoid_noise` must be a finite number >= 0; got '1'"),
         (lambda: ka.BahdanauMonotonicAttention(0), r"BahdanauMonotonicAttention: `units` must be a positive integer; got 0"),
         (lambda: ka.LuongMonotonicAttention(score_bias_init=float("nan")), r"`score_bias_init` must be a finite number; got nan"),
         (lambda: monotonic_alignment(np.ones((1, 2)), np.ones((1, 2)), "soft"), r"monotonic_alignment: unknown `mode` 'soft'"),

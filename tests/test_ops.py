@@ -98,5 +98,19 @@ def test_sequence_mask():
 def test_sequence_mask_errors():
     with pytest.raises(ValueError, match=r"`lengths` must be a rank-1 tensor.*\(2, 2\)"):
         sequence_mask(np.ones((2, 2), "int32"))
-    with pytest.raises(ValueError, match=r"`maxlen` must be >= 0; got -1"):
+    with pytest.raises(ValueError, match=r"sequence_mask: `maxlen` must be an integer >= 0; got -1"):
         sequence_mask([1], maxlen=-1)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8", "bool"])
+def test_masked_softmax_of_integer_scores_is_computed_and_returned_in_float32(dtype):
+    scores = np.array([[1, 2, 3], [0, 1, 1]]).astype(dtype)
+    mask = np.array([[True, True, False], [True, True, True]])
+    weights = masked_softmax(scores, mask)
+    assert weights.dtype == "float32"
+    logits = scores.astype(np.float64)
+    want = np.where(mask, np.exp(logits), 0.0)
+    np.testing.assert_allclose(weights, want / want.sum(-1, keepdims=True), rtol=1e-6)
+    plain = masked_softmax(scores)
+    assert plain.dtype == "float32"
+    np.testing.assert_allclose(plain, np.exp(logits) / np.exp(logits).sum(-1, keepdims=True), rtol=1e-6)

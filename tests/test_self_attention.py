@@ -543,8 +543,8 @@ def test_bad_mask_shapes(kwargs, message):
         (dict(score=keras.layers.Dense(3)), r"`score` must be a soft score layer of this library .* got <Dense"),
         (dict(score=HardAttention("dot")), r"`score` must be a soft score layer of this library"),
         (dict(score=DotAttention(dropout=0.3)), r"`score` must have dropout=0 .*got 'dot_attention.*' with dropout=0.3"),
-        (dict(regularization_weight=-1.0), r"`regularization_weight` must be a number >= 0; got -1.0"),
-        (dict(regularization_weight="big"), r"`regularization_weight` must be a number >= 0; got 'big'"),
+        (dict(regularization_weight=-1.0), r"`regularization_weight` must be a finite number >= 0; got -1.0"),
+        (dict(regularization_weight="big"), r"`regularization_weight` must be a finite number >= 0; got 'big'"),
         (dict(dropout=1.0), r"`dropout` must be a number in \[0, 1\); got 1.0"),
     ],
     ids=[

@@ -10,14 +10,20 @@ step) and either
 - bound around a `keras.layers.RNN` call: `with cell.bind(memory): rnn(...)`,
   which is what `AttentionDecoder` does for teacher-forced training. The
   tensors are captured by the RNN's loop, not carried as states.
+
+A binding belongs to the thread that made it and ends with its `with`
+block: one cell (or one decoder, or one model) called from several threads
+at once reads each thread's own memory, and nothing is left bound after.
 """
 
 import collections
 import contextlib
+import threading
 
 import keras
 from keras import ops
 
+from keras_attention.layers import _checks
 from keras_attention.layers.base import BaseAttention
 
 __all__ = ["AttentionCell", "AttentionMemory"]
@@ -28,6 +34,31 @@ AttentionMemory.__doc__ = """The encoder memory prepared for a decoder cell.
 Fields: `values (B, Ts, dv)`, `keys` (the attention's projected keys,
 computed once per sequence) and `mask (B, Ts)` boolean (or None).
 """
+
+
+# {id(cell): (memory, with_alignments)} for the bindings open in this thread.
+# Kept outside the cells: a binding on the instance would be shared by every
+# thread calling the cell, each reading whichever memory was bound last.
+_thread_state = threading.local()
+
+
+def _bindings():
+    table = getattr(_thread_state, "bindings", None)
+    if table is None:
+        table = _thread_state.bindings = {}
+    return table
+
+
+def check_memory(owner, memory, mask):
+    """`memory (B, Ts, d)` and `mask (B, Ts)`; returns the memory's static shape."""
+    shape = _checks._shape(memory.shape)
+    if len(shape) != 3:
+        raise ValueError(
+            f"{_checks._name(owner)}: `memory` must have rank 3 (batch, Ts, d); got shape {shape}."
+        )
+    if mask is not None:
+        _checks.check_mask_shape(owner, "memory_mask", mask, shape[:2], "(batch, Ts)")
+    return shape
 
 
 def attention_cell(layer, cell):
@@ -70,11 +101,12 @@ class AttentionCell(keras.layers.Layer):
 
     def __init__(self, attention, **kwargs):
         super().__init__(**kwargs)
-        self.attention = _attention_layer(self, attention)
+        attention = _attention_layer(self, attention)
+        _checks.claim_sublayer(self, "attention", attention)
+        self.attention = attention
         if not self.attention.built:
             # One dtype policy for the cell and its attention.
             self.attention.dtype_policy = self.dtype_policy
-        self._bound = None
 
     # ------------------------------------------------------------------ build
 
@@ -97,33 +129,54 @@ class AttentionCell(keras.layers.Layer):
         self.built = True
 
     def build_attention(self, query_dim):
-        self.attention.build_score(query_dim, self.memory_dim)
-        self.attention.built = True
+        """Build the attention for this cell's queries and memory, or check
+        that an attention built before (called on its own) fits them."""
+        attention, sizes = self.attention, (int(query_dim), self.memory_dim)
+        if attention.built:
+            built_for = getattr(attention, "score_sizes", None)
+            if built_for != sizes:
+                built = "for other sizes" if built_for is None else (
+                    f"for queries of size {built_for[0]} and keys of size {built_for[1]}"
+                )
+                raise ValueError(
+                    f"{type(self).__name__}: `attention` {attention.name!r} is already built {built}; "
+                    f"this cell queries it with size {sizes[0]} over a memory of size {sizes[1]}. "
+                    "Give the cell a new, unbuilt attention layer."
+                )
+            return
+        attention.build_score(*sizes)
+        attention.score_sizes = sizes
+        attention.built = True
 
     # ----------------------------------------------------------------- memory
 
-    def prepare_memory(self, values, mask=None):
-        """Project the memory's keys once; returns an `AttentionMemory`."""
+    def prepare_memory(self, values, mask=None, owner=None):
+        """Project the memory's keys once; returns an `AttentionMemory`.
+
+        The shapes are checked first; errors name `owner` (the decoder the
+        memory was given to), or this cell.
+        """
+        check_memory(owner or self, values, mask)
         values = ops.cast(values, self.compute_dtype)
-        if len(values.shape) != 3:
-            raise ValueError(
-                f"{type(self).__name__}: `memory` must have shape (batch, Ts, d); "
-                f"got shape {tuple(values.shape)}."
-            )
         if mask is not None:
             mask = ops.cast(mask, "bool")
         return AttentionMemory(values, self.attention.project_key(values), mask)
 
     @contextlib.contextmanager
     def bind(self, memory, with_alignments=False):
-        """Make `call` read `memory`; with `with_alignments`, `call` outputs
-        `[output ; alignment]` so an RNN collects the alignment history."""
-        previous = self._bound
-        self._bound = (memory, with_alignments)
+        """Make `call` read `memory` in this thread until the block ends; with
+        `with_alignments`, `call` outputs `[output ; alignment]` so an RNN
+        collects the alignment history. Other threads do not see it."""
+        table, key = _bindings(), id(self)
+        previous = table.get(key)
+        table[key] = (memory, with_alignments)
         try:
             yield self
         finally:
-            self._bound = previous
+            if previous is None:
+                del table[key]
+            else:
+                table[key] = previous
 
     @property
     def is_monotonic(self):
@@ -201,6 +254,11 @@ class AttentionCell(keras.layers.Layer):
                 f"{type(self).__name__}: `initial_state` must hold {counts} tensor(s) "
                 f"(sizes {sizes}); got {len(recurrent_states)}."
             )
+        batch = _checks._shape(memory.values.shape)[0]
+        for index, (state, size) in enumerate(zip(recurrent_states, sizes)):
+            # A state of another batch or size fails deep inside the first
+            # step otherwise.
+            _checks.check_mask_shape(self, f"initial_state[{index}]", state, (batch, size), f"(batch, {size})")
         if recurrent_states:
             batch = ops.shape(recurrent_states[0])[0]
             for size in sizes[len(recurrent_states) :]:
@@ -219,15 +277,24 @@ class AttentionCell(keras.layers.Layer):
             initial_state = [initial_state]
         return self.complete_initial_state(initial_state, memory)
 
+    def prepare_dropout_masks(self, inputs, states):
+        """Draw the dropout masks of the cells this one runs inside, before a
+        loop over time (`inputs (B, dx)`: the shape of one step's input;
+        `states`: the initial states). Nothing to draw by default."""
+
+    def reset_dropout_masks(self):
+        """Forget the masks drawn by `prepare_dropout_masks`."""
+
     def call(self, inputs, states, training=None):
-        if self._bound is None:
+        bound = _bindings().get(id(self))
+        if bound is None:
             raise ValueError(
                 f"{type(self).__name__} has no memory to attend to. Run it through "
                 "`AttentionDecoder`, call `cell.step(inputs, states, memory)` with "
                 "`memory = cell.prepare_memory(values, mask)`, or wrap your RNN call in "
                 "`with cell.bind(memory):`."
             )
-        memory, with_alignments = self._bound
+        memory, with_alignments = bound
         output, new_states, alignment = self.step(inputs, list(states), memory, training=training)
         if with_alignments:
             output = ops.concatenate([output, ops.cast(alignment, output.dtype)], axis=-1)

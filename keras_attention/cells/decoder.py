@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from keras_attention.cells.base import attention_cell
+from keras_attention.cells.base import attention_cell, check_memory
+from keras_attention.layers import _checks
 
 __all__ = ["AttentionDecoder"]
 
@@ -91,13 +92,39 @@ class AttentionDecoder(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
 
-    def call(self, inputs, memory, memory_mask=None, inputs_mask=None, initial_state=None, training=None):
-        prepared = self.cell.prepare_memory(memory, memory_mask)
-        initial_state = self.cell.initial_state_for(prepared, ops.shape(inputs)[0], initial_state)
-        with self.cell.bind(prepared, with_alignments=self.return_alignments):
-            output, *states = self._rnn()(
-                inputs, initial_state=initial_state, mask=inputs_mask, training=training
+    def _check_inputs(self, inputs, memory, memory_mask, inputs_mask):
+        memory_shape = check_memory(self, memory, memory_mask)
+        inputs_shape = _checks._shape(inputs.shape)
+        if len(inputs_shape) != 3:
+            raise ValueError(
+                f"AttentionDecoder: `inputs` must have rank 3 (batch, Tt, dy); got shape {inputs_shape}."
             )
+        if not _checks._same(inputs_shape[0], memory_shape[0]):
+            raise ValueError(
+                "AttentionDecoder: `inputs` and `memory` must have the same batch size; "
+                f"got shapes {inputs_shape} and {memory_shape}."
+            )
+        if inputs_mask is not None:
+            _checks.check_mask_shape(self, "inputs_mask", inputs_mask, inputs_shape[:2], "(batch, Tt)")
+
+    def call(self, inputs, memory, memory_mask=None, inputs_mask=None, initial_state=None, training=None):
+        # Checked here: a mismatch fails deep inside the RNN's first step otherwise.
+        self._check_inputs(inputs, memory, memory_mask, inputs_mask)
+        prepared = self.cell.prepare_memory(memory, memory_mask, owner=self)
+        initial_state = self.cell.initial_state_for(prepared, ops.shape(inputs)[0], initial_state)
+        # Keras's RNN draws the dropout masks of the cell it runs before its
+        # loop; those of a cell inside ours (AttentionWrapper's) are drawn
+        # here, or the cell would draw them inside the loop and keep them.
+        self.cell.prepare_dropout_masks(
+            ops.zeros((ops.shape(inputs)[0], inputs.shape[-1]), self.compute_dtype), initial_state
+        )
+        try:
+            with self.cell.bind(prepared, with_alignments=self.return_alignments):
+                output, *states = self._rnn()(
+                    inputs, initial_state=initial_state, mask=inputs_mask, training=training
+                )
+        finally:
+            self.cell.reset_dropout_masks()
         results = []
         if self.return_alignments:
             alignments = output[..., self.cell.output_size :]

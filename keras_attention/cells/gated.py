@@ -19,8 +19,9 @@ class GatedAttentionCell(WeightSettings, AttentionCell):
     gate_count = None
 
     def __init__(self, units, attention, kernel_initializer="glorot_uniform", kernel_regularizer=None, **kwargs):
+        # Checked before the attention is claimed for this cell.
+        units = _checks.check_positive_int(self, "units", units)
         super().__init__(attention, **kwargs)
-        _checks.check_positive_int(self, "units", units)
         self.units = units
         self._set_weight_settings(kernel_initializer, kernel_regularizer)
 

@@ -50,7 +50,8 @@ class InferenceDecoder(keras.layers.Layer):
     `ids (B, L)` int32, `scores (B,)`, `lengths (B,)`, `alignments (B, L, Ts)`
     (with `return_alignments`); with `method="beam"` each gains a beam axis
     after the batch (`(B, K, L)`, ...) and `log_probs (B, K)` is added, beams
-    sorted best first.
+    sorted best first; beams beyond the valid hypotheses (a vocabulary too
+    small for the width) are empty: end tokens, length 0, score `-inf`.
 
     Args:
         cell: an attention cell of this library (built by training, or built
@@ -98,23 +99,22 @@ class InferenceDecoder(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         _checks.check_choice(self, "method", method, _METHODS)
-        for argument, value in (("start_token", start_token), ("end_token", end_token)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"InferenceDecoder: `{argument}` must be an integer id >= 0; got {value!r}.")
-        _checks.check_positive_int(self, "max_length", max_length)
-        _checks.check_positive_int(self, "beam_width", beam_width)
+        # Every option is checked here, whichever method uses it: a bad value
+        # is a mistake now, not at the first predict, deep in the loop.
+        self.start_token = _checks.check_int(self, "start_token", start_token, 0, "an integer id")
+        self.end_token = _checks.check_int(self, "end_token", end_token, 0, "an integer id")
+        self.max_length = _checks.check_positive_int(self, "max_length", max_length)
+        self.beam_width = _checks.check_positive_int(self, "beam_width", beam_width)
+        self.length_penalty_weight = _checks.check_number(self, "length_penalty_weight", length_penalty_weight, minimum=0)
+        self.coverage_penalty_weight = _checks.check_number(
+            self, "coverage_penalty_weight", coverage_penalty_weight, minimum=0
+        )
+        self.temperature = _checks.check_number(self, "temperature", temperature, minimum=0, strict=True)
+        self.top_k = _checks.check_positive_int(self, "top_k", top_k, allow_none=True)
         self.cell = attention_cell(self, cell)
         self.embedding = _layer(self, "embedding", embedding)
         self.output_layer = _layer(self, "output_layer", output_layer)
-        self.start_token = start_token
-        self.end_token = end_token
-        self.max_length = max_length
         self.method = method
-        self.beam_width = beam_width
-        self.length_penalty_weight = float(length_penalty_weight)
-        self.coverage_penalty_weight = float(coverage_penalty_weight)
-        self.temperature = float(temperature)
-        self.top_k = top_k
         self.seed = seed
         self.output_uses_inputs = bool(output_uses_inputs)
         self.return_alignments = bool(return_alignments)
@@ -137,7 +137,7 @@ class InferenceDecoder(keras.layers.Layer):
         # Keras fills `mask` from the memory's Keras mask when the memory is
         # the only tensor argument, and `memory_mask` when there are more.
         memory_mask = mask if memory_mask is None else memory_mask
-        prepared = self.cell.prepare_memory(memory, memory_mask)
+        prepared = self.cell.prepare_memory(memory, memory_mask, owner=self)
         initial_state = self.cell.initial_state_for(prepared, ops.shape(memory)[0], initial_state)
         if self.method == "beam":
             # Every beam reads its own copy of its example's memory.

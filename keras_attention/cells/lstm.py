@@ -62,7 +62,10 @@ class AttentionLSTMCell(GatedAttentionCell):
         units = self.units
 
         def forget_bias_one(shape, dtype=None):
-            return ops.concatenate([ops.zeros((units,)), ops.ones((units,)), ops.zeros((2 * units,))])
+            # In the variable's dtype: float64 layers have float64 weights.
+            return ops.concatenate(
+                [ops.zeros((units,), dtype), ops.ones((units,), dtype), ops.zeros((2 * units,), dtype)]
+            )
 
         return forget_bias_one
 

@@ -18,6 +18,33 @@ def _state_structure(cell):
     return [size] if isinstance(size, int) else list(size)
 
 
+def _output_size(cell):
+    # Keras cells without an `output_size` output their first state.
+    return int(getattr(cell, "output_size", None) or keras.tree.flatten(_state_structure(cell))[0])
+
+
+def _draw_dropout_masks(cell, step_input, state):
+    """What `keras.layers.RNN` does before its loop for the cell it runs:
+    a Keras dropout cell (`get_dropout_mask`) draws and caches its masks,
+    and `StackedRNNCells` has each of its cells draw theirs."""
+    if hasattr(cell, "get_dropout_mask"):
+        cell.get_dropout_mask(step_input)
+        cell.get_recurrent_dropout_mask(state[0] if isinstance(state, (list, tuple)) else state)
+    if isinstance(cell, keras.layers.StackedRNNCells):
+        batch = ops.shape(step_input)[0]
+        for inner, inner_state in zip(cell.cells, state):
+            _draw_dropout_masks(inner, step_input, inner_state)
+            step_input = ops.zeros((batch, _output_size(inner)), step_input.dtype)
+
+
+def _reset_dropout_masks(cell):
+    if hasattr(cell, "reset_dropout_mask"):
+        cell.reset_dropout_mask()
+        cell.reset_recurrent_dropout_mask()
+    for inner in getattr(cell, "cells", ()) if isinstance(cell, keras.layers.StackedRNNCells) else ():
+        _reset_dropout_masks(inner)
+
+
 @keras.saving.register_keras_serializable(package="keras_attention")
 class AttentionWrapper(WeightSettings, AttentionCell):
     """Attention around any Keras RNN cell, Luong or Bahdanau style.
@@ -84,7 +111,7 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         kernel_regularizer=None,
         **kwargs,
     ):
-        super().__init__(attention, **kwargs)
+        # Checked before the attention is claimed for this cell.
         if isinstance(cell, dict):
             cell = keras.saving.deserialize_keras_object(cell)
         if not isinstance(cell, keras.layers.Layer) or not hasattr(cell, "state_size"):
@@ -92,7 +119,10 @@ class AttentionWrapper(WeightSettings, AttentionCell):
                 "AttentionWrapper: `cell` must be a Keras RNN cell (a Layer with a "
                 f"`state_size`, such as keras.layers.GRUCell(32)); got {cell!r}."
             )
-        _checks.check_positive_int(self, "attention_layer_size", attention_layer_size, allow_none=True)
+        attention_layer_size = _checks.check_positive_int(
+            self, "attention_layer_size", attention_layer_size, allow_none=True
+        )
+        super().__init__(attention, **kwargs)
         self.cell = cell
         self.attention_layer_size = attention_layer_size
         self.output_attention = bool(output_attention)
@@ -124,9 +154,7 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         # Decided once here, not at every step.
         self._cell_takes_training = "training" in inspect.signature(self.cell.call).parameters
         self._cell_state_structure = _state_structure(self.cell)
-        # Keras cells without an `output_size` output their first state.
-        output_size = getattr(self.cell, "output_size", None)
-        self._cell_output_size = int(output_size or keras.tree.flatten(self._cell_state_structure)[0])
+        self._cell_output_size = _output_size(self.cell)
         self.attention_kernel = None
         if self.attention_layer_size:
             self.attention_kernel = self._add_kernel(
@@ -134,11 +162,26 @@ class AttentionWrapper(WeightSettings, AttentionCell):
             )
         self.build_attention(self._cell_output_size)
 
-    def cell_step(self, inputs, states, attend, training=None):
-        *cell_states, previous_attention = states
+    def _cell_inputs(self, inputs, previous_attention):
         inputs = ops.cast(inputs, self.compute_dtype)
         if self.input_feeding:
             inputs = ops.concatenate([inputs, ops.cast(previous_attention, inputs.dtype)], axis=-1)
+        return inputs
+
+    def prepare_dropout_masks(self, inputs, states):
+        states = list(states)
+        if self.is_monotonic:
+            states.pop()  # the previous alignment, after the recurrent states
+        *cell_states, previous_attention = states
+        structured = keras.tree.pack_sequence_as(self._cell_state_structure, list(cell_states))
+        _draw_dropout_masks(self.cell, self._cell_inputs(inputs, previous_attention), structured)
+
+    def reset_dropout_masks(self):
+        _reset_dropout_masks(self.cell)
+
+    def cell_step(self, inputs, states, attend, training=None):
+        *cell_states, previous_attention = states
+        inputs = self._cell_inputs(inputs, previous_attention)
         structured = keras.tree.pack_sequence_as(self._cell_state_structure, cell_states)
         kwargs = {"training": training} if self._cell_takes_training else {}
         cell_output, new_cell_states = self.cell(inputs, structured, **kwargs)

@@ -10,6 +10,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attention.layers import _checks
+
 NEG_INF = float(np.finfo("float32").min) / 2  # finite: survives sums without overflow
 
 
@@ -46,7 +48,7 @@ def write_at(buffer, time, values, time_axis):
 
 
 def batch_size_of(start_tokens, initial_state):
-    if isinstance(start_tokens, int):
+    if _checks.is_int(start_tokens):
         leaves = keras.tree.flatten(initial_state)
         if not leaves:
             raise ValueError(
@@ -58,8 +60,8 @@ def batch_size_of(start_tokens, initial_state):
 
 
 def start_ids(start_tokens, batch_size):
-    if isinstance(start_tokens, int):
-        return ops.full((batch_size,), start_tokens, dtype="int32")
+    if _checks.is_int(start_tokens):
+        return ops.full((batch_size,), int(start_tokens), dtype="int32")
     start_tokens = ops.convert_to_tensor(start_tokens)
     if len(start_tokens.shape) != 1:
         raise ValueError(
@@ -69,6 +71,12 @@ def start_ids(start_tokens, batch_size):
     return ops.cast(start_tokens, "int32")
 
 
+def check_tokens(end_token, pad_token):
+    """`end_token` and `pad_token` (default: the end token) as Python ints."""
+    end_token = _checks.check_int("decoding", "end_token", end_token, 0, "an integer id")
+    pad_token = _checks.check_int("decoding", "pad_token", pad_token, 0, "an integer id", allow_none=True)
+    return end_token, end_token if pad_token is None else pad_token
+
+
 def check_max_length(max_length):
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-        raise ValueError(f"decoding: `max_length` must be a positive integer; got {max_length!r}.")
+    return _checks.check_positive_int("decoding", "max_length", max_length)

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_attention.decoding import _loop
 from keras_attention.decoding.beams import tile_batch
+from keras_attention.layers import _checks
 
 __all__ = ["beam_search", "length_penalty"]
 
@@ -67,15 +68,19 @@ def beam_search(
         `scores (batch, beam)` (the score above), `log_probs (batch, beam)`,
         `lengths (batch, beam)` (the end token included) and, when the step
         returns alignments and `return_alignments` is on,
-        `alignments (batch, beam, max_length, source)`.
+        `alignments (batch, beam, max_length, source)`. When an example has
+        fewer valid hypotheses than `beam_width` (e.g. vocabulary 7, width
+        10, max_length 1), the beams after its last one are empty: ids all
+        `pad_token`, length 0, score and log-probability `-inf`, zero
+        alignments.
     """
-    _loop.check_max_length(max_length)
-    if isinstance(beam_width, bool) or not isinstance(beam_width, int) or beam_width < 1:
-        raise ValueError(f"beam_search: `beam_width` must be a positive integer; got {beam_width!r}.")
-    for name, weight in (("length_penalty_weight", length_penalty_weight), ("coverage_penalty_weight", coverage_penalty_weight)):
-        if not isinstance(weight, (int, float)) or weight < 0:
-            raise ValueError(f"beam_search: `{name}` must be a number >= 0; got {weight!r}.")
-    pad_token = end_token if pad_token is None else pad_token
+    max_length = _loop.check_max_length(max_length)
+    beam_width = _checks.check_positive_int("beam_search", "beam_width", beam_width)
+    length_penalty_weight = _checks.check_number("beam_search", "length_penalty_weight", length_penalty_weight, minimum=0)
+    coverage_penalty_weight = _checks.check_number(
+        "beam_search", "coverage_penalty_weight", coverage_penalty_weight, minimum=0
+    )
+    end_token, pad_token = _loop.check_tokens(end_token, pad_token)
     width = beam_width
     batch = _loop.batch_size_of(start_tokens, initial_state)
     first_ids = ops.repeat(_loop.start_ids(start_tokens, batch), width, axis=0)
@@ -101,7 +106,9 @@ def beam_search(
         candidate_lengths = ops.expand_dims(lengths + running, -1)
         scores = total / length_penalty(candidate_lengths, length_penalty_weight)
         if alignment is not None and (alignments is not None or coverage is not None):
-            alignment = ops.reshape(ops.cast(alignment, "float32"), (batch, width, -1))
+            # The source length spelled out, not -1: ONNX cannot infer a -1
+            # from an empty tensor (an empty batch).
+            alignment = ops.reshape(ops.cast(alignment, "float32"), (batch, width, ops.shape(alignment)[-1]))
             alignment = ops.where(ops.expand_dims(finished, -1), 0.0, alignment)
             if coverage is not None:
                 coverage = coverage + alignment
@@ -179,7 +186,17 @@ def beam_search(
 
     final = ops.while_loop(cond, body, pack(ops.convert_to_tensor(1, "int32"), carried))
     _, (_, _, scores, log_probs, _, lengths, ids, alignments, _) = unpack(final)
+    # With fewer valid hypotheses than beams (a small vocabulary, a short
+    # max_length, masked tokens), top_k fills the rest with candidates of a
+    # dead start beam or a masked token: real-looking ids and lengths with a
+    # score at the NEG_INF floor. Blank them so that they cannot be taken for
+    # hypotheses.
+    filler = ops.less_equal(log_probs, _loop.NEG_INF / 2)
+    ids = ops.where(ops.expand_dims(filler, -1), pad_token, ids)
+    lengths = ops.where(filler, 0, lengths)
+    scores = ops.where(filler, float("-inf"), scores)
+    log_probs = ops.where(filler, float("-inf"), log_probs)
     result = {"ids": ids, "scores": scores, "log_probs": log_probs, "lengths": lengths}
     if has_alignments:
-        result["alignments"] = alignments
+        result["alignments"] = ops.where(ops.expand_dims(ops.expand_dims(filler, -1), -1), 0.0, alignments)
     return result

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_attention.layers import _checks
+
 __all__ = ["gather_tree", "tile_batch"]
 
 
@@ -20,8 +22,7 @@ def tile_batch(tensors, multiplier):
     Returns:
         The same nest with shapes `(batch * multiplier, ...)`.
     """
-    if isinstance(multiplier, bool) or not isinstance(multiplier, int) or multiplier < 1:
-        raise ValueError(f"tile_batch: `multiplier` must be a positive integer; got {multiplier!r}.")
+    multiplier = _checks.check_positive_int("tile_batch", "multiplier", multiplier)
     return keras.tree.map_structure(lambda t: ops.repeat(t, multiplier, axis=0), tensors)
 
 

@@ -5,13 +5,14 @@ import numpy as np
 from keras import ops
 
 from keras_attention.decoding import _loop
+from keras_attention.layers import _checks
 
 __all__ = ["greedy_search", "sampling_search"]
 
 
 def _single_path_search(step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token, return_alignments):
-    _loop.check_max_length(max_length)
-    pad_token = end_token if pad_token is None else pad_token
+    max_length = _loop.check_max_length(max_length)
+    end_token, pad_token = _loop.check_tokens(end_token, pad_token)
     batch = _loop.batch_size_of(start_tokens, initial_state)
     first_ids = _loop.start_ids(start_tokens, batch)
 
@@ -137,16 +138,25 @@ def sampling_search(
     Returns:
         As `greedy_search`.
     """
-    if not isinstance(temperature, (int, float)) or not temperature > 0:
-        raise ValueError(f"sampling_search: `temperature` must be a number > 0; got {temperature!r}.")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"sampling_search: `top_k` must be a positive integer or None; got {top_k!r}.")
+    temperature = _checks.check_number("sampling_search", "temperature", temperature, minimum=0, strict=True)
+    top_k = _checks.check_positive_int("sampling_search", "top_k", top_k, allow_none=True)
     seed = seed if isinstance(seed, keras.random.SeedGenerator) else keras.random.SeedGenerator(seed)
     tiny = float(np.finfo("float32").tiny)
+    # A temperature under float32's smallest normal number would flush to a
+    # subnormal or to zero in float32: at that temperature sampling is argmax
+    # anyway, which the smallest normal temperature gives too.
+    temperature = max(temperature, tiny)
 
     def choose(log_probs):
-        logits = log_probs / temperature
-        if top_k is not None:
+        # The best token's logit becomes exactly 0 and stays 0 after the
+        # division, however small the temperature; dividing the raw
+        # log-probabilities instead sends them all to -inf (token 0 wins).
+        # (`initial`: an empty batch has no maximum to take.)
+        best = ops.max(log_probs, axis=-1, keepdims=True, initial=float("-inf"))
+        logits = (log_probs - best) / temperature
+        vocabulary = logits.shape[-1]
+        # Keeping at least the whole vocabulary keeps every token: no filter.
+        if top_k is not None and (vocabulary is None or top_k < vocabulary):
             kth_best = ops.top_k(logits, top_k)[0][:, -1:]
             logits = ops.where(ops.less(logits, kth_best), _loop.NEG_INF, logits)
         uniform = keras.random.uniform(ops.shape(logits), minval=tiny, maxval=1.0, seed=seed)

@@ -1,23 +1,37 @@
 """Argument checks shared by the layers.
 
-Every error names the layer, the argument, what it received and what was
-expected, so a user can fix the call without reading our source. Checks run on
-static shapes only: they cost nothing inside a compiled graph, and dimensions
-that are unknown until run time (None) are let through.
+Every error names the layer (or function), the argument, what it received and
+what was expected, so a user can fix the call without reading our source.
+Numbers may be Python or NumPy scalars (`np.int64(8)`, `np.float32(0.1)`), as
+Keras accepts them; the checks return them as Python `int` / `float`, which is
+what a layer keeps and writes to its config (JSON has no NumPy types). Shape
+checks run on static shapes only: they cost nothing inside a compiled graph,
+and dimensions that are unknown until run time (None) are let through.
 """
+
+import math
+import numbers
+import weakref
+
+import numpy as np
 
 __all__ = [
     "check_fraction",
+    "check_int",
+    "check_number",
     "check_positive_int",
     "check_choice",
     "check_input_shapes",
     "check_mask_shape",
     "check_masks",
+    "claim_sublayer",
+    "is_int",
 ]
 
 
-def _name(layer):
-    return type(layer).__name__
+def _name(owner):
+    """A layer's class name, or the name of the function given as a string."""
+    return owner if isinstance(owner, str) else type(owner).__name__
 
 
 def _shape(shape):
@@ -28,19 +42,84 @@ def _same(a, b):
     return a is None or b is None or a == b
 
 
-def check_fraction(layer, argument, value):
-    if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+def is_int(value):
+    """A Python or NumPy integer, not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_real(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def check_fraction(owner, argument, value):
+    """`value` as a float in [0, 1)."""
+    if not _is_real(value) or not 0.0 <= value < 1.0:
         raise ValueError(
-            f"{_name(layer)}: `{argument}` must be a number in [0, 1); got {value!r}."
+            f"{_name(owner)}: `{argument}` must be a number in [0, 1); got {value!r}."
         )
+    return float(value)
 
 
-def check_positive_int(layer, argument, value, allow_none=False):
+def check_int(owner, argument, value, minimum, meaning="an integer", allow_none=False):
+    """`value` as an int >= `minimum` (or None when allowed)."""
     if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        expected = "a positive integer or None" if allow_none else "a positive integer"
-        raise ValueError(f"{_name(layer)}: `{argument}` must be {expected}; got {value!r}.")
+        return None
+    if is_int(value) and value >= minimum:
+        return int(value)
+    expected = f"{meaning} >= {minimum}" + (" or None" if allow_none else "")
+    raise ValueError(f"{_name(owner)}: `{argument}` must be {expected}; got {value!r}.")
+
+
+def check_positive_int(owner, argument, value, allow_none=False):
+    """`value` as an int > 0 (or None when allowed)."""
+    if value is None and allow_none:
+        return None
+    if is_int(value) and value > 0:
+        return int(value)
+    expected = "a positive integer or None" if allow_none else "a positive integer"
+    raise ValueError(f"{_name(owner)}: `{argument}` must be {expected}; got {value!r}.")
+
+
+def check_number(owner, argument, value, minimum=None, strict=False, allow_none=False):
+    """`value` as a finite float, `> minimum` with `strict`, else `>= minimum`.
+
+    NaN and infinities are refused: compared with a bound they pass or fail
+    silently, and in the maths downstream they turn every result into NaN.
+    """
+    if value is None and allow_none:
+        return None
+    valid = _is_real(value) and math.isfinite(value)
+    if valid and minimum is not None:
+        valid = value > minimum if strict else value >= minimum
+    if valid:
+        return float(value)
+    expected = "a finite number"
+    if minimum is not None:
+        expected += f" {'>' if strict else '>='} {minimum:g}"
+    if allow_none:
+        expected += " or None"
+    raise ValueError(f"{_name(owner)}: `{argument}` must be {expected}; got {value!r}.")
+
+
+def claim_sublayer(owner, argument, layer):
+    """Record that `owner` builds and runs `layer` (a score or attention layer).
+
+    A second owner would build the layer again for its own shapes: new
+    weights replace the ones the first owner trained (or no longer fit its
+    shapes). Sharing is refused here, where the layer is given twice. The
+    record is a weak reference: an owner that no longer exists holds nothing.
+    """
+    record = getattr(layer, "_keras_attention_owner", None)
+    current = None if record is None else record()
+    if current is not None and current is not owner:
+        raise ValueError(
+            f"{_name(owner)}: `{argument}` {layer.name!r} already belongs to "
+            f"{type(current).__name__} {current.name!r}; one layer cannot serve two "
+            f"owners (each would build its own weights into it). Give this one a new "
+            f"{type(layer).__name__} (copy values over with `set_weights` if they are "
+            "to start equal)."
+        )
+    layer._keras_attention_owner = weakref.ref(owner)
 
 
 def check_choice(layer, argument, value, choices):

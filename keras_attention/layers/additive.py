@@ -22,12 +22,12 @@ def check_chunk_size(layer, chunk_size):
     """`chunk_size` must be "auto", None or a positive integer."""
     if chunk_size is None or (isinstance(chunk_size, str) and chunk_size == "auto"):
         return chunk_size
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+    if not _checks.is_int(chunk_size) or chunk_size <= 0:
         raise ValueError(
             f"{type(layer).__name__}: `chunk_size` must be \"auto\", None or a "
             f"positive integer; got {chunk_size!r}."
         )
-    return chunk_size
+    return int(chunk_size)
 
 
 def _dense_score(projected_query, projected_key, vector, activation):
@@ -49,13 +49,15 @@ def _queries_per_chunk(chunk_size, projected_query, projected_key):
     itemsize = _ITEMSIZE.get(keras.backend.standardize_dtype(projected_query.dtype), 4)
     sizes = (projected_query.shape[0], projected_key.shape[1], projected_key.shape[-1])
     if all(size is not None for size in sizes):
-        batch, key_length, units = (int(size) for size in sizes)
-        return max(1, AUTO_CHUNK_BYTES // (itemsize * batch * key_length * units))
+        # An empty batch or memory makes an empty block: no size to bound.
+        block = max(1, itemsize * math.prod(int(size) for size in sizes))
+        return max(1, AUTO_CHUNK_BYTES // block)
     # Successive floor divisions: floor(floor(a / b) / c) == floor(a / (b c)),
-    # without forming the (possibly int32-overflowing) product.
+    # without forming the (possibly int32-overflowing) product. A size of 0
+    # divides as 1 (an empty block), not by zero.
     rows = AUTO_CHUNK_BYTES // itemsize
     for size in (ops.shape(projected_query)[0], ops.shape(projected_key)[1], ops.shape(projected_key)[-1]):
-        rows = rows // size
+        rows = rows // ops.maximum(size, 1)
     return ops.maximum(rows, 1)
 
 
@@ -75,7 +77,9 @@ def _chunked_score(projected_query, projected_key, vector, activation, rows):
     chunks = ops.transpose(ops.reshape(padded, (batch, count, rows, units)), (1, 0, 2, 3))
     block = keras.remat(lambda query, key, vec: _dense_score(query, key, vec, activation))
     scores = ops.map(lambda query: block(query, projected_key, vector), chunks)  # (n, B, rows, Tv)
-    scores = ops.reshape(ops.transpose(scores, (1, 0, 2, 3)), (batch, count * rows, -1))
+    # The key length spelled out, not -1: ONNX cannot infer a -1 from an
+    # empty tensor.
+    scores = ops.reshape(ops.transpose(scores, (1, 0, 2, 3)), (batch, count * rows, ops.shape(projected_key)[1]))
     scores = scores[:, :query_length]
     if projected_query.shape[1] is not None:
         # Keep a static query length static (slicing an unknown axis loses it).
@@ -106,11 +110,16 @@ def additive_score(projected_query, projected_key, vector, activation=ops.tanh, 
         if query_length is not None and query_length <= rows:
             return _dense_score(projected_query, projected_key, vector, activation)
         return _chunked_score(projected_query, projected_key, vector, activation, rows)
-    # "auto" with shapes known only at run time: decide there.
+    # "auto" with shapes known only at run time: decide there. The chunked
+    # side is rematerialised as a whole: its gradient then recomputes the
+    # chunk loop instead of reading the loop's saved state (TensorLists) out
+    # of the conditional, state that XLA cannot stand in for on the side not
+    # taken (a DT_VARIANT FakeParam, which it does not compile).
+    chunked = keras.remat(lambda query, key, vec: _chunked_score(query, key, vec, activation, rows))
     return ops.cond(
         rows >= ops.shape(projected_query)[1],
         lambda: _dense_score(projected_query, projected_key, vector, activation),
-        lambda: _chunked_score(projected_query, projected_key, vector, activation, rows),
+        lambda: chunked(projected_query, projected_key, vector),
     )
 
 
@@ -185,8 +194,7 @@ class AdditiveAttention(WeightSettings, BaseAttention):
         **kwargs,
     ):
         super().__init__(dropout=dropout, seed=seed, **kwargs)
-        _checks.check_positive_int(self, "units", units)
-        self.units = units
+        self.units = _checks.check_positive_int(self, "units", units)
         self.chunk_size = check_chunk_size(self, chunk_size)
         self.use_bias = bool(use_bias)
         self.normalize = bool(normalize)

@@ -112,8 +112,7 @@ class BaseAttention(keras.layers.Layer):
 
     def __init__(self, dropout=0.0, seed=None, **kwargs):
         super().__init__(**kwargs)
-        _checks.check_fraction(self, "dropout", dropout)
-        self.dropout = float(dropout)
+        self.dropout = _checks.check_fraction(self, "dropout", dropout)
         self.seed = seed
         self.supports_masking = True
         self.seed_generator = (
@@ -164,6 +163,9 @@ class BaseAttention(keras.layers.Layer):
                     "must be known when the layer is built; got None."
                 )
         self.build_score(int(query_dim), int(key_dim))
+        # What the weights were created for: a decoder cell given this layer
+        # afterwards reuses them only for the same sizes.
+        self.score_sizes = (int(query_dim), int(key_dim))
         self.built = True
 
     def attend(self, projected_query, projected_key, value, mask=None, training=None):

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attention._precision import to_score_dtype
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.additive import additive_score, check_chunk_size
@@ -75,8 +76,7 @@ class ConcatAttention(WeightSettings, BaseAttention):
         **kwargs,
     ):
         super().__init__(dropout=dropout, seed=seed, **kwargs)
-        _checks.check_positive_int(self, "units", units, allow_none=True)
-        self.units = units
+        self.units = _checks.check_positive_int(self, "units", units, allow_none=True)
         self.chunk_size = check_chunk_size(self, chunk_size)
         self.activation = keras.activations.get(activation)
         self._set_weight_settings(kernel_initializer, kernel_regularizer)
@@ -99,10 +99,18 @@ class ConcatAttention(WeightSettings, BaseAttention):
         return weights[: self.key_dim], weights[self.key_dim :]
 
     def project_query(self, query):
-        return ops.matmul(query, self._halves()[1])
+        return self._project(query, self._halves()[1])
 
     def project_key(self, key):
-        return ops.matmul(key, self._halves()[0])
+        return self._project(key, self._halves()[0])
+
+    def _project(self, x, weights):
+        if self.kernel is None:
+            # The linear form's projections are its scores: float32 under
+            # float16, where a sum of dk products of inputs of a few hundred
+            # overflows.
+            x, weights = to_score_dtype(x, weights)
+        return ops.matmul(x, weights)
 
     def score(self, projected_query, projected_key):
         if self.kernel is None:

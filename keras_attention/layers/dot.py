@@ -5,13 +5,19 @@ import math
 import keras
 from keras import ops
 
+from keras_attention._precision import to_score_dtype
 from keras_attention.layers.base import BaseAttention
 
 __all__ = ["DotAttention", "ScaledDotAttention", "dot_scores"]
 
 
 def dot_scores(projected_query, projected_key):
-    """`e[b, i, j] = q[b, i] . k[b, j]` for `(B, Tq, d)` and `(B, Tv, d)`."""
+    """`e[b, i, j] = q[b, i] . k[b, j]` for `(B, Tq, d)` and `(B, Tv, d)`.
+
+    In float32 for float16 inputs (see `score_dtype`): the product overflows
+    float16 for inputs of a few hundred.
+    """
+    projected_query, projected_key = to_score_dtype(projected_query, projected_key)
     return ops.matmul(projected_query, ops.transpose(projected_key, (0, 2, 1)))
 
 

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attention._precision import to_score_dtype
 from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.base import BaseAttention
 from keras_attention.layers.dot import dot_scores
@@ -63,7 +64,8 @@ class GeneralAttention(WeightSettings, BaseAttention):
         self.bilinear_kernel = self._add_kernel("bilinear_kernel", (key_dim, query_dim))
 
     def project_key(self, key):
-        return ops.matmul(key, self.bilinear_kernel)  # (B, Tv, dq)
+        # In float32 under float16 (as the score): k^T W is a sum of dq products.
+        return ops.matmul(*to_score_dtype(key, self.bilinear_kernel))  # (B, Tv, dq)
 
     def score(self, projected_query, projected_key):
         return dot_scores(projected_query, projected_key)

@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_attention.layers import _checks
 from keras_attention.layers.base import BaseAttention
-from keras_attention.ops import masked_softmax
+from keras_attention.ops import any_along, masked_softmax
 
 __all__ = ["HardAttention"]
 
@@ -44,6 +44,7 @@ def _score_layer(layer, score, dtype):
             f"are created for the shapes HardAttention is called with); got the built "
             f"layer {score.name!r}."
         )
+    _checks.claim_sublayer(layer, "score", score)
     # One dtype policy for the whole computation: the score's variables must
     # match the dtype HardAttention computes in.
     score.dtype_policy = dtype
@@ -115,10 +116,7 @@ class HardAttention(BaseAttention):
     ):
         super().__init__(dropout=0.0, seed=seed, **kwargs)
         _checks.check_choice(self, "mode", mode, _MODES)
-        if not isinstance(temperature, (int, float)) or not temperature > 0:
-            raise ValueError(
-                f"HardAttention: `temperature` must be a number > 0; got {temperature!r}."
-            )
+        temperature = _checks.check_number(self, "temperature", temperature, minimum=0, strict=True)
         self.score_layer = _score_layer(self, score, self.dtype_policy)
         self.mode = mode
         self.straight_through = bool(straight_through)
@@ -153,10 +151,14 @@ class HardAttention(BaseAttention):
         else:
             mask = ops.broadcast_to(ops.cast(mask, "bool"), ops.shape(logits))
         masked = ops.where(mask, logits, float(np.finfo("float32").min))
-        _, best = ops.top_k(masked, k=1)  # (B, Tq, 1); ties -> lowest index
+        # One masked column after the last gives top_k a column to pick when
+        # there is none (an empty memory); it matches no position below.
+        # (Ties go to the lowest index, so it never wins over a real one.)
+        padding = ops.full((*ops.shape(masked)[:-1], 1), float(np.finfo("float32").min), "float32")
+        _, best = ops.top_k(ops.concatenate([masked, padding], axis=-1), k=1)  # (B, Tq, 1)
         positions = ops.arange(ops.shape(logits)[-1], dtype=best.dtype)
         one_hot = ops.equal(positions, best)
-        any_valid = ops.any(mask, axis=-1, keepdims=True)
+        any_valid = any_along(mask, axis=-1, keepdims=True)
         hard = ops.cast(ops.logical_and(one_hot, any_valid), "float32")
         if training and self.straight_through:
             soft = masked_softmax(logits / self.temperature, mask)

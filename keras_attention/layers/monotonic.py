@@ -59,7 +59,14 @@ def _recursive(p_choose, previous):
     positions = ops.arange(length)
 
     def column(x, at):
-        return ops.sum(ops.where(at, x, ops.zeros_like(x)), axis=-1)
+        # x[..., j] as a product with the one-hot `at` (exact: the other
+        # terms are +0). A masked sum over the axis gave onnxruntime's
+        # ReduceSum an empty tensor to reduce for an empty batch, which it
+        # broadcast wrongly.
+        # (The one-hot has x's rank, so the product needs no reshape of x:
+        # ONNX cannot infer a reshape's -1 from an empty tensor.)
+        one_hot = ops.reshape(ops.cast(at, x.dtype), (1,) * (len(x.shape) - 2) + (-1, 1))
+        return ops.squeeze(ops.matmul(x, one_hot), -1)
 
     def body(j, q, alignment):
         at = ops.equal(positions, j)
@@ -70,7 +77,8 @@ def _recursive(p_choose, previous):
     _, _, alignment = ops.while_loop(
         lambda j, q, alignment: ops.less(j, length),
         body,
-        (ops.convert_to_tensor(0, "int32"), ops.zeros_like(p_choose[..., 0]), ops.zeros_like(p_choose)),
+        # (zeros of the shape, not of `p_choose[..., 0]`: an empty memory has no position 0)
+        (ops.convert_to_tensor(0, "int32"), ops.zeros(ops.shape(p_choose)[:-1], p_choose.dtype), ops.zeros_like(p_choose)),
         maximum_iterations=length,
     )
     return alignment
@@ -121,18 +129,8 @@ class _Monotonic:
 
     def _init_monotonic(self, sigmoid_noise, score_bias_init, mode, seed):
         _checks.check_choice(self, "mode", mode, _MODES)
-        if isinstance(sigmoid_noise, bool) or not isinstance(sigmoid_noise, (int, float)) or not sigmoid_noise >= 0:
-            raise ValueError(
-                f"{type(self).__name__}: `sigmoid_noise` must be a number >= 0; got {sigmoid_noise!r}."
-            )
-        if isinstance(score_bias_init, bool) or not isinstance(score_bias_init, (int, float)) or not np.isfinite(
-            score_bias_init
-        ):
-            raise ValueError(
-                f"{type(self).__name__}: `score_bias_init` must be a finite number; got {score_bias_init!r}."
-            )
-        self.sigmoid_noise = float(sigmoid_noise)
-        self.score_bias_init = float(score_bias_init)
+        self.sigmoid_noise = _checks.check_number(self, "sigmoid_noise", sigmoid_noise, minimum=0)
+        self.score_bias_init = _checks.check_number(self, "score_bias_init", score_bias_init)
         self.mode = mode
         self.noise_seed_generator = keras.random.SeedGenerator(seed) if self.sigmoid_noise > 0 else None
 
@@ -175,7 +173,10 @@ class _Monotonic:
         if mask is not None:
             mask = ops.broadcast_to(ops.cast(mask, "bool"), ops.shape(p_choose))
             p_choose = ops.where(mask, p_choose, ops.zeros_like(p_choose))
-        previous_alignment = ops.broadcast_to(ops.cast(previous_alignment, work), ops.shape(p_choose))
+        # Left to broadcast in the arithmetic, not with broadcast_to: inside a
+        # decoder's loop the gradient of broadcast_to reads the target shape
+        # saved from the forward pass, which XLA cannot take as a constant.
+        previous_alignment = ops.cast(previous_alignment, work)
         alignment = monotonic_alignment(p_choose, previous_alignment, self.mode)
         alignment = ops.cast(alignment, value.dtype)
         return ops.matmul(alignment, value), alignment

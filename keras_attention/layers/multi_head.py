@@ -5,10 +5,11 @@ import math
 import keras
 from keras import ops
 
+from keras_attention._precision import to_score_dtype
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.base import BaseAttention, combine_masks, prepare_call
-from keras_attention.ops import masked_softmax
+from keras_attention.ops import any_along, masked_softmax
 
 __all__ = ["MultiHeadAttention"]
 
@@ -41,7 +42,10 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
     computed by `keras.ops.dot_product_attention` (flash attention where the
     backend and device allow; the TensorFlow backend has none, but the op
     compiles with XLA and exports to ONNX with boolean masks); otherwise by
-    an explicit masked softmax. Both give the same output.
+    an explicit masked softmax. Both give the same output. Under a float16
+    policy the scores and softmax run in float32 on the explicit path (a
+    float16 score overflows for inputs of a few hundred); the output stays
+    float16.
 
     A decoder projects its memory once per sequence and only the query at
     each step:
@@ -104,17 +108,12 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _checks.check_positive_int(self, "num_heads", num_heads)
-        _checks.check_positive_int(self, "key_dim", key_dim)
-        _checks.check_positive_int(self, "value_dim", value_dim, allow_none=True)
-        _checks.check_positive_int(self, "output_dim", output_dim, allow_none=True)
-        _checks.check_fraction(self, "dropout", dropout)
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.value_dim = value_dim
-        self.dropout = float(dropout)
+        self.num_heads = _checks.check_positive_int(self, "num_heads", num_heads)
+        self.key_dim = _checks.check_positive_int(self, "key_dim", key_dim)
+        self.value_dim = _checks.check_positive_int(self, "value_dim", value_dim, allow_none=True)
+        self.output_dim = _checks.check_positive_int(self, "output_dim", output_dim, allow_none=True)
+        self.dropout = _checks.check_fraction(self, "dropout", dropout)
         self.use_bias = bool(use_bias)
-        self.output_dim = output_dim
         self._set_weight_settings(
             kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
         )
@@ -201,12 +200,16 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
         dropout is active, else None.
         """
         dropping = bool(training) and self.dropout > 0
-        explicit = return_attention_scores or dropping
+        # The fused op computes its scores in the inputs' dtype: in float16
+        # they overflow for inputs of a few hundred (as in Keras's own
+        # layer), so float16 takes the explicit path, scored in float32.
+        float16 = keras.backend.standardize_dtype(projected_query.dtype) == "float16"
+        explicit = return_attention_scores or dropping or float16
         full_mask = None
         if explicit or mask is not None:
             full_mask = combine_masks(projected_query, projected_key, None, None, mask, causal)
         if explicit:
-            scores = ops.einsum("bqhk,bvhk->bhqv", projected_query, projected_key)
+            scores = ops.einsum("bqhk,bvhk->bhqv", *to_score_dtype(projected_query, projected_key))
             weights = masked_softmax(
                 scores, None if full_mask is None else ops.expand_dims(full_mask, 1)
             )
@@ -233,7 +236,7 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
         # is padding, and must not leak into pooling or a residual sum. With
         # the causal mask alone every row sees position 0, so none is empty.
         if mask is not None:
-            has_valid = ops.any(full_mask, axis=-1, keepdims=True)
+            has_valid = any_along(full_mask, axis=-1, keepdims=True)
             output = output * ops.cast(has_valid, output.dtype)
         return output, weights
 

@@ -106,8 +106,7 @@ class PointerAttention(WeightSettings, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _checks.check_positive_int(self, "units", units)
-        self.units = units
+        self.units = _checks.check_positive_int(self, "units", units)
         self.use_bias = bool(use_bias)
         self._set_weight_settings(kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer)
         self.supports_masking = True

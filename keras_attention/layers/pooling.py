@@ -81,8 +81,7 @@ class AttentionPooling(WeightSettings, BaseAttention):
         **kwargs,
     ):
         super().__init__(dropout=dropout, seed=seed, **kwargs)
-        _checks.check_positive_int(self, "units", units)
-        self.units = units
+        self.units = _checks.check_positive_int(self, "units", units)
         self.use_bias = bool(use_bias)
         self._set_weight_settings(
             kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer

@@ -11,7 +11,7 @@ from keras_attention.layers.dot import DotAttention, ScaledDotAttention
 from keras_attention.layers.general import GeneralAttention
 from keras_attention.layers.hard import HardAttention
 from keras_attention._precision import softmax_dtype
-from keras_attention.ops import masked_softmax
+from keras_attention.ops import any_along, masked_softmax
 
 __all__ = ["SelfAttention"]
 
@@ -124,24 +124,14 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _checks.check_positive_int(self, "units", units)
-        _checks.check_positive_int(self, "window", window, allow_none=True)
-        _checks.check_fraction(self, "dropout", dropout)
-        if (
-            isinstance(regularization_weight, bool)
-            or not isinstance(regularization_weight, (int, float))
-            or not regularization_weight >= 0
-        ):
-            raise ValueError(
-                "SelfAttention: `regularization_weight` must be a number >= 0; "
-                f"got {regularization_weight!r}."
-            )
-        self.units = units
+        self.units = _checks.check_positive_int(self, "units", units)
+        self.window = _checks.check_positive_int(self, "window", window, allow_none=True)
+        self.dropout = _checks.check_fraction(self, "dropout", dropout)
+        self.regularization_weight = _checks.check_number(
+            self, "regularization_weight", regularization_weight, minimum=0
+        )
         self.causal = bool(causal)
-        self.window = window
-        self.regularization_weight = float(regularization_weight)
         self.use_bias = bool(use_bias)
-        self.dropout = float(dropout)
         self.seed = seed
         self._set_weight_settings(
             kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
@@ -188,6 +178,7 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
                 "SelfAttention: `score` must have dropout=0 (set `dropout` on "
                 f"SelfAttention instead); got {score.name!r} with dropout={score.dropout}."
             )
+        _checks.claim_sublayer(self, "score", score)
         score.dtype_policy = self.dtype_policy
         return score
 
@@ -265,7 +256,7 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
         )
         identity = ops.expand_dims(identity, 0)
         if mask is not None:
-            active = ops.any(ops.broadcast_to(mask, ops.shape(weights)), axis=-1)
+            active = any_along(ops.broadcast_to(mask, ops.shape(weights)), axis=-1)
             identity = identity * ops.expand_dims(ops.cast(active, weights.dtype), -1)
         penalty = ops.sum(ops.square(gram - identity), axis=(1, 2))
         return self.regularization_weight * ops.mean(penalty)

@@ -143,15 +143,13 @@ class TargetedAttention(WeightSettings, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _checks.check_positive_int(self, "units", units)
+        self.units = _checks.check_positive_int(self, "units", units)
         _checks.check_choice(self, "mode", mode, _MODES)
-        _checks.check_fraction(self, "dropout", dropout)
-        self.units = units
         self.mode = mode
         self._set_weight_settings(
             kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
         )
-        self.dropout = float(dropout)
+        self.dropout = _checks.check_fraction(self, "dropout", dropout)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout > 0 else None
         # The output has no time axis, so no mask goes on; declaring support

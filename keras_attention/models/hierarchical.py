@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attention.layers import _checks
 from keras_attention.layers.pooling import AttentionPooling
 
 __all__ = ["FoldSentences", "UnfoldSentences", "hierarchical_attention_network"]
@@ -34,7 +35,8 @@ class FoldSentences(keras.layers.Layer):
     def call(self, inputs):
         self._check(inputs.shape)
         shape = ops.shape(inputs)
-        return ops.reshape(inputs, (-1, *shape[2:]))
+        # B * S spelled out, not -1: ONNX cannot infer a -1 from an empty tensor.
+        return ops.reshape(inputs, (shape[0] * shape[1], *shape[2:]))
 
     def compute_mask(self, inputs, previous_mask=None):
         if previous_mask is None:
@@ -46,7 +48,7 @@ class FoldSentences(keras.layers.Layer):
                 f"got a mask of shape {tuple(shape)}. Fold the word ids first and "
                 "embed them with `mask_zero=True`."
             )
-        return ops.reshape(previous_mask, (-1, *shape[2:]))
+        return ops.reshape(previous_mask, (shape[0] * shape[1], *shape[2:]))
 
     def compute_output_shape(self, inputs_shape):
         self._check(inputs_shape)
@@ -99,15 +101,10 @@ class UnfoldSentences(keras.layers.Layer):
 
 
 def _check_positive(argument, value, minimum=1, allow_none=False):
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        if allow_none:
-            expected += " or None"
-        raise ValueError(
-            f"hierarchical_attention_network: `{argument}` must be {expected}; got {value!r}."
-        )
+    """`value` as a Python int (NumPy integers accepted)."""
+    if minimum == 1:
+        return _checks.check_positive_int("hierarchical_attention_network", argument, value, allow_none)
+    return _checks.check_int("hierarchical_attention_network", argument, value, minimum, allow_none=allow_none)
 
 
 def hierarchical_attention_network(
@@ -187,21 +184,15 @@ def hierarchical_attention_network(
     # (2, 3), (2, 3, 6), (2, 3); sentence_weights[0, 2] == 0
     ```
     """
-    _check_positive("vocabulary_size", vocabulary_size, minimum=2)
-    _check_positive("num_classes", num_classes, minimum=2)
-    for argument, value in (
-        ("embedding_dim", embedding_dim),
-        ("word_units", word_units),
-        ("sentence_units", sentence_units),
-    ):
-        _check_positive(argument, value)
-    for argument, value in (
-        ("max_sentences", max_sentences),
-        ("max_words", max_words),
-        ("word_attention_units", word_attention_units),
-        ("sentence_attention_units", sentence_attention_units),
-    ):
-        _check_positive(argument, value, allow_none=True)
+    vocabulary_size = _check_positive("vocabulary_size", vocabulary_size, minimum=2)
+    num_classes = _check_positive("num_classes", num_classes, minimum=2)
+    embedding_dim = _check_positive("embedding_dim", embedding_dim)
+    word_units = _check_positive("word_units", word_units)
+    sentence_units = _check_positive("sentence_units", sentence_units)
+    max_sentences = _check_positive("max_sentences", max_sentences, allow_none=True)
+    max_words = _check_positive("max_words", max_words, allow_none=True)
+    word_attention_units = _check_positive("word_attention_units", word_attention_units, allow_none=True)
+    sentence_attention_units = _check_positive("sentence_attention_units", sentence_attention_units, allow_none=True)
 
     ids = keras.Input((max_sentences, max_words), dtype="int32", name="ids")
     # Sentences are folded before the embedding so that the embedding's

@@ -3,7 +3,6 @@
 import keras
 from keras import ops
 
-from keras_attention.decoding import _loop
 from keras_attention.decoding.beam_search import beam_search
 from keras_attention.decoding.beams import tile_batch
 from keras_attention.decoding.greedy import greedy_search
@@ -16,11 +15,6 @@ __all__ = ["END", "PointerNetwork"]
 # (1-based, as in the paper). Id 0 is also the start: the decoder's first
 # input is the learned start vector stored at row 0 of the pointed-at table.
 END = 0
-
-
-def _check_number(argument, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"PointerNetwork: `{argument}` must be a number >= 0; got {value!r}.")
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -105,27 +99,22 @@ class PointerNetwork(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _checks.check_positive_int(self, "units", units)
-        _checks.check_positive_int(self, "attention_units", attention_units, allow_none=True)
-        _checks.check_positive_int(self, "max_length", max_length, allow_none=True)
-        _checks.check_positive_int(self, "beam_width", beam_width, allow_none=True)
-        _check_number("length_penalty_weight", length_penalty_weight)
-        self.units = units
-        self.attention_units = attention_units
+        self.units = _checks.check_positive_int(self, "units", units)
+        self.attention_units = _checks.check_positive_int(self, "attention_units", attention_units, allow_none=True)
+        self.max_length = _checks.check_positive_int(self, "max_length", max_length, allow_none=True)
+        self.beam_width = _checks.check_positive_int(self, "beam_width", beam_width, allow_none=True)
+        self.length_penalty_weight = _checks.check_number(self, "length_penalty_weight", length_penalty_weight, minimum=0)
         self.mask_chosen = bool(mask_chosen)
-        self.max_length = max_length
-        self.beam_width = beam_width
-        self.length_penalty_weight = float(length_penalty_weight)
         self.use_cudnn = use_cudnn
         self.supports_masking = True
         self.encoder = keras.layers.LSTM(
-            units, return_sequences=True, return_state=True, use_cudnn=use_cudnn,
+            self.units, return_sequences=True, return_state=True, use_cudnn=use_cudnn,
             dtype=self.dtype_policy, name="encoder",
         )
         self.decoder = keras.layers.LSTM(
-            units, return_sequences=True, use_cudnn=use_cudnn, dtype=self.dtype_policy, name="decoder"
+            self.units, return_sequences=True, use_cudnn=use_cudnn, dtype=self.dtype_policy, name="decoder"
         )
-        self.pointer = PointerAttention(attention_units or units, dtype=self.dtype_policy, name="pointer")
+        self.pointer = PointerAttention(self.attention_units or self.units, dtype=self.dtype_policy, name="pointer")
 
     # ---------------------------------------------------------------- checks
 
@@ -176,8 +165,10 @@ class PointerNetwork(keras.layers.Layer):
                 "produce with the end included (the longest input + 1 for a "
                 "permutation); got None."
             )
-        _checks.check_positive_int(self, "max_length", max_length)
-        _checks.check_positive_int(self, "beam_width", beam_width, allow_none=True)
+        return (
+            _checks.check_positive_int(self, "max_length", max_length),
+            _checks.check_positive_int(self, "beam_width", beam_width, allow_none=True),
+        )
 
     @staticmethod
     def _inputs_mask(mask):
@@ -299,28 +290,23 @@ class PointerNetwork(keras.layers.Layer):
         With the layer's `beam_width` None: greedy, `ids (B, max_length)`;
         otherwise beam search, `ids (B, beam, max_length)` best first. When
         fewer valid hypotheses exist than beams (few inputs, wide beam), the
-        extra beams are empty: all ids 0, length 0, and a score near the
-        float32 minimum. `max_length` and `beam_width` default to the layer's.
+        extra beams are empty: all ids 0, length 0, and a score of `-inf`.
+        `max_length` and `beam_width` default to the layer's.
         """
         max_length = self.max_length if max_length is None else max_length
         beam_width = self.beam_width if beam_width is None else beam_width
-        self._check_decoding(max_length, beam_width)
+        max_length, beam_width = self._check_decoding(max_length, beam_width)
         constants, state = self._decoding_start(inputs, mask)
         positions = ops.shape(constants["valid"])[1]
         if beam_width is None:
             return greedy_search(self._step_function(positions, constants), state, END, END, max_length)
         # Every beam reads its own copy of its example's constants, tiled once.
         step_fn = self._step_function(positions, tile_batch(constants, beam_width))
-        result = beam_search(
+        # beam_search blanks the beams it has no valid hypothesis for.
+        return beam_search(
             step_fn, state, END, END, max_length, beam_width,
             length_penalty_weight=self.length_penalty_weight,
         )
-        # A beam the search had to fill with a masked candidate (fewer valid
-        # hypotheses than beams) holds arbitrary ids: blank it out.
-        invalid = ops.less_equal(result["log_probs"], _loop.NEG_INF / 2)
-        result["ids"] = ops.where(ops.expand_dims(invalid, -1), END, result["ids"])
-        result["lengths"] = ops.where(invalid, 0, result["lengths"])
-        return result
 
     # ------------------------------------------------------------------ call
 

@@ -1,0 +1,84 @@
+"""Half precision: every layer stays finite on large inputs under float16 and
+bfloat16 policies and agrees with float32 on ordinary ones."""
+
+import numpy as np
+import pytest
+
+import keras_attention as ka
+
+from tests import layer_drivers
+from tests.layer_drivers import DRIVERS, check_weights, driver_params
+
+# PointerNetwork has no attention weights and its ids depend on ties broken
+# by rounding; its precision is covered in test_pointer.
+PRECISION_DRIVERS = [d for d in DRIVERS.values() if d.id not in ("pointer_network",)]
+
+
+def _twins(driver, policy, inputs):
+    """The layer under `policy` and a float32 copy with the same weights."""
+    low, full = driver.make(policy), driver.make("float32")
+    for layer in (low, full):
+        driver.run(layer, *inputs)
+    rng = np.random.default_rng(1)
+    for variable in full.weights:
+        if variable.trainable:
+            variable.assign(rng.normal(0, 0.5, variable.shape).astype(variable.dtype))
+    low.set_weights(full.get_weights())
+    return low, full
+
+
+@driver_params(PRECISION_DRIVERS)
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_large_inputs_stay_finite_and_ordinary_ones_match_float32(driver, policy):
+    rng = np.random.default_rng(0)
+    lengths = dict(query_lengths=[3, 2, 0], value_lengths=[4, 1, 3])
+    ordinary = layer_drivers.data(rng, 3, 3, 4, **lengths)
+    low, full = _twins(driver, policy, ordinary)
+
+    # x300: a float16 dot product of such inputs is far past 65504.
+    query, value, query_valid, value_valid = layer_drivers.data(rng, 3, 3, 4, scale=300.0, **lengths)
+    results = {k: np.asarray(v, np.float64) for k, v in driver.run(low, query, value, query_valid, value_valid).items()}
+    for name, result in results.items():
+        assert np.isfinite(result).all(), f"{driver.id} {name} under {policy} is not finite at x300"
+    if "weights" in results and driver.weights is not None:
+        check_weights(driver, results["weights"], query_valid, value_valid, atol=2e-2)
+    if "output" in results:
+        compute = policy.split("_")[1]
+        assert driver.run(low, query, value, query_valid, value_valid)["output"].dtype == compute
+
+    if driver.random:
+        return
+    got = driver.run(low, *ordinary)
+    want = driver.run(full, *ordinary)
+    for name in want:
+        if name in driver.ids:
+            continue
+        if name == "scores":  # a sum of decoding log-probabilities
+            continue
+        np.testing.assert_allclose(
+            np.asarray(got[name], np.float32), np.asarray(want[name], np.float32),
+            atol=5e-2 if policy == "mixed_bfloat16" else 1e-2, err_msg=f"{driver.id} {name}",
+        )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: ka.ConcatAttention(dtype="mixed_float16"), lambda: ka.GeneralAttention(dtype="mixed_float16")],
+    ids=["concat_linear", "general"],
+)
+def test_projections_that_are_scores_do_not_overflow_float16(make):
+    """The linear concat score w^T [k ; q] and the general key projection
+    k^T W are sums of d products: with d = 512, inputs of 300 and weights of
+    0.5 each is 76800, past float16's 65504 (inf + inf in the score, then
+    inf - inf in the softmax: NaN)."""
+    layer = make()
+    query, value = np.full((2, 3, 512), 300.0, "float32"), np.full((2, 5, 512), 300.0, "float32")
+    value[1] *= -1
+    layer(query, value)
+    for variable in layer.weights:
+        variable.assign(np.full(variable.shape, 0.5, "float32"))
+    context, weights = layer(query, value, value_mask=np.array([[1, 1, 1, 0, 0], [1] * 5], bool), return_attention_scores=True)
+    weights = np.asarray(weights, np.float32)
+    assert np.isfinite(np.asarray(context, np.float32)).all() and np.isfinite(weights).all()
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-3)
+    assert (weights[0, :, 3:] == 0).all()
