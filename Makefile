@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 PYTEST_ARGS ?=
 
-.PHONY: demo test tour bench venv clean
+.PHONY: demo test tour bench g2p venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,16 @@ demo: $(VENV)/.installed-onnx,plot
 	    --vocabulary demo_output/vocabulary.json --sample-inputs demo_output/sample_inputs.json
 	$(BIN)/python export/serve_onnx.py demo_output/export --signature translate \
 	    --inputs '{"source": ["tuesday 3 march 2015", "3/3/15", "Mar 3, 2015", "03.03.2015", "the 1st of may 1999"]}'
+
+# Grapheme-to-phoneme on real data (CMUdict beside Phonetisaurus, SIGMORPHON
+# 2021 medium and eng_us): the full trainings behind the README's "Results
+# on real data" table, which is regenerated from their results files. Hours on
+# 2 CPU cores; each command resumes where a killed run stopped.
+g2p: $(VENV)/.installed-g2p
+	$(BIN)/python examples/g2p/train.py cmudict --out runs/g2p_cmudict --results results/g2p_cmudict.json
+	$(BIN)/python examples/g2p/train.py sigmorphon --languages medium eng_us --out runs/g2p_sigmorphon \
+	    --results results/g2p_sigmorphon2021.json
+	$(BIN)/python examples/g2p/report.py
 
 # A quick tour: one small model per attention layer, with heat-maps.
 tour: $(VENV)/.installed-onnx,plot

@@ -1,0 +1,71 @@
+"""The grapheme-to-phoneme model: a BiLSTM encoder and an attention LSTM decoder.
+
+    letters -> Embedding -> BiLSTM x L -> memory h_1..h_S
+    phones:  y_t = readout([s_t ; c_t]),  (s_t, c_t) = AttentionLSTMCell(y_{t-1}, s_{t-1}, h)
+
+Three models share every layer: the teacher-forced trainer, and the greedy and
+beam-search pronouncers (`InferenceDecoder`), whose decode loop runs in the
+graph and exports with them. The decoder starts from the encoder's final
+states (through a tanh bridge), as in Bahdanau et al. 2014.
+"""
+
+import dataclasses
+
+import keras
+
+import keras_attention as ka
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    embedding: int = 64
+    encoder_units: int = 256  # per direction
+    encoder_layers: int = 2
+    decoder_units: int = 256
+    attention_units: int = 128
+    dropout: float = 0.2
+    max_length: int = 32  # phones produced at most
+    beam_width: int = 5
+    length_penalty: float = 0.0
+
+
+def build_models(source_vocabulary, target_vocabulary, config):
+    """(trainer, greedy, beam) Keras models over shared layers."""
+    letters = keras.Input((None,), dtype="int32", name="letters")
+    previous_phones = keras.Input((None,), dtype="int32", name="previous_phones")
+
+    memory = keras.layers.Embedding(len(source_vocabulary), config.embedding, mask_zero=True, name="letter_embedding")(letters)
+    final_states = None
+    for layer in range(config.encoder_layers):
+        memory = keras.layers.Dropout(config.dropout, name=f"encoder_dropout_{layer}")(memory)
+        memory, *final_states = keras.layers.Bidirectional(
+            keras.layers.LSTM(config.encoder_units, return_sequences=True, return_state=True),
+            name=f"encoder_{layer}",
+        )(memory)
+    forward_h, forward_c, backward_h, backward_c = final_states
+    bridge = keras.layers.Dense(config.decoder_units, activation="tanh", name="bridge_h")
+    initial_state = [
+        bridge(keras.layers.Concatenate()([forward_h, backward_h])),
+        keras.layers.Dense(config.decoder_units, name="bridge_c")(keras.layers.Concatenate()([forward_c, backward_c])),
+    ]
+
+    cell = ka.AttentionLSTMCell(config.decoder_units, ka.AdditiveAttention(config.attention_units), name="decoder_cell")
+    phone_embedding = keras.layers.Embedding(len(target_vocabulary), config.embedding, mask_zero=True, name="phone_embedding")
+    readout = keras.Sequential(
+        [keras.layers.Dropout(config.dropout), keras.layers.Dense(len(target_vocabulary), dtype="float32")],
+        name="readout",
+    )
+    outputs = ka.AttentionDecoder(cell, name="decoder")(phone_embedding(previous_phones), memory, initial_state=initial_state)
+    trainer = keras.Model([letters, previous_phones], readout(outputs), name="g2p_trainer")
+
+    def pronouncer(method):
+        decoded = ka.InferenceDecoder(
+            cell, phone_embedding, readout,
+            start_token=target_vocabulary.start_id, end_token=target_vocabulary.end_id,
+            max_length=config.max_length, method=method, beam_width=config.beam_width,
+            length_penalty_weight=config.length_penalty, return_alignments=method == "greedy",
+            name=f"{method}_decoder",
+        )(memory, initial_state=initial_state)
+        return keras.Model(letters, decoded, name=f"g2p_{method}")
+
+    return trainer, pronouncer("greedy"), pronouncer("beam")

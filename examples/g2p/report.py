@@ -1,0 +1,119 @@
+"""Write the README's "Results on real data" tables from the committed results files.
+
+    python examples/g2p/report.py          # rewrite the block in README.md
+    python examples/g2p/report.py --check  # exit 1 if README.md is out of date
+
+Reads results/g2p_cmudict.json and results/g2p_sigmorphon2021.json (written by
+`train.py --results ...`) and replaces what stands between the two marker
+comments in README.md, so the table can only show measured figures.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "results"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- g2p-results:begin -->", "<!-- g2p-results:end -->"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import data  # noqa: E402
+
+
+def _minutes(seconds):
+    return f"{seconds / 60:.0f} min"
+
+
+def cmudict_table(document):
+    ours, peer = document["ours"], document.get("phonetisaurus")
+    lines = [
+        f"CMUdict ({document['test_words']:,} test words; WER = words with any phone wrong, PER = phone edit "
+        "distance to the closest reference / its length):",
+        "",
+        "| system | WER | PER | training | words/s served |",
+        "|---|---|---|---|---|",
+        f"| keras-attention, beam {ours['model']['beam_width']} (ONNX) | **{ours['wer']:.2f}%** | **{ours['per']:.2f}%** | "
+        f"{_minutes(ours['train_seconds'])}, {ours['epochs']} epochs | {ours['words_per_second']:,.0f} |",
+        f"| keras-attention, greedy | {ours['wer_greedy']:.2f}% | {ours['per_greedy']:.2f}% | same model | "
+        f"{ours['greedy_words_per_second']:,.0f} (Keras) |",
+    ]
+    if peer:
+        lines.append(
+            f"| Phonetisaurus {peer['version']} (same split, same run) | {peer['wer']:.2f}% | {peer['per']:.2f}% | "
+            f"{_minutes(peer['train_seconds'])} | {peer['words_per_second']:,.0f} |"
+        )
+    lines += [
+        "| published: attention BiLSTM, standard split (Toshniwal & Livescu 2016) | 23.5% | | | |",
+        "| published: ensemble, standard split | 20.2% | | | |",
+        "",
+        f"Command: `{document['command']}` ({_minutes(document['wall_seconds'])} wall time, training included, on "
+        f"{document['machine']['cores']} CPU cores; {document['date']}). The ONNX model decodes the same best "
+        f"pronunciation as Keras for {ours['onnx_serving']['same_as_keras']:.2%} of the test words.",
+    ]
+    return "\n".join(lines)
+
+
+def sigmorphon_table(document):
+    languages = document["languages"]
+    lines = [
+        "SIGMORPHON 2021 task 1 (test WER, %; selected on dev; the baseline is the task's published ensembled "
+        "neural transducer):",
+        "",
+        "| language | ours | baseline | dev | training |",
+        "|---|---|---|---|---|",
+    ]
+    for name in data.MEDIUM_LANGUAGES + data.HIGH_LANGUAGES:
+        if name not in languages:
+            continue
+        entry = languages[name]
+        ours = f"{entry['test_wer']:.2f}"
+        if entry["test_wer"] < entry["baseline_test_wer"]:
+            ours = f"**{ours}**"
+        lines.append(f"| {name} | {ours} | {entry['baseline_test_wer']:.2f} | {entry['dev_wer']:.2f} | {_minutes(entry['train_seconds'])} |")
+    if "macro_test_wer" in document:
+        lines.append(
+            f"| **medium macro-average** | **{document['macro_test_wer']:.2f}** | {document['baseline_macro_test_wer']:.2f} | | "
+            f"{_minutes(document['medium_train_seconds'])} |"
+        )
+        lines += ["", f"Better than the baseline on {document['better_than_baseline']} of the 10 medium languages."]
+    lines += ["", f"Command: `{document['command']}` ({_minutes(document['wall_seconds'])} wall time; {document['date']})."]
+    return "\n".join(lines)
+
+
+def render():
+    parts = []
+    for name, table in (("g2p_cmudict.json", cmudict_table), ("g2p_sigmorphon2021.json", sigmorphon_table)):
+        path = RESULTS / name
+        if path.is_file():
+            parts.append(table(json.loads(path.read_text(encoding="utf-8"))))
+    return "\n\n".join(parts) if parts else "No results committed yet."
+
+
+def updated_readme(text):
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"error: {README} has no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{render()}\n{END}{tail}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only check that README.md is up to date")
+    args = parser.parse_args(argv)
+    text = README.read_text(encoding="utf-8")
+    new = updated_readme(text)
+    if args.check:
+        if new != text:
+            print("error: README.md's results block is out of date; run python examples/g2p/report.py", file=sys.stderr)
+            return 1
+        return 0
+    README.write_text(new, encoding="utf-8")
+    print(f"updated {README}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

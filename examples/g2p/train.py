@@ -1,0 +1,276 @@
+"""Grapheme-to-phoneme conversion on real data: CMUdict and SIGMORPHON 2021 task 1.
+
+    python examples/g2p/train.py cmudict [--epochs N] [--out DIR] [--no-peer] [--smoke]
+    python examples/g2p/train.py sigmorphon [--languages arm_e bul ...|medium|eng_us] [--out DIR] [--smoke]
+
+A character-level BiLSTM encoder and an attention LSTM decoder (see
+`model.py`), trained with teacher forcing on length-bucketed batches, selected
+on dev by greedy WER, and evaluated on test with greedy and beam search. For
+CMUdict the trained model is exported to SavedModel and ONNX with a
+`pronounce` signature (letters in, phones out, beam search inside), served
+through onnxruntime on the whole test list, and compared, in the same run,
+with Phonetisaurus trained on the same split (`--no-peer` skips it).
+
+Outputs in --out: the models (`.keras`), `results.json`, `history.json`
+(dev WER per epoch), alignment heat-maps, `export/` (CMUdict), and
+`backup/` from which a killed run resumes. `--results FILE` also writes the
+results where the README table is generated from (`results/*.json`).
+"""
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import data  # noqa: E402
+import keras  # noqa: E402
+import model as g2p_model  # noqa: E402
+import numpy as np  # noqa: E402
+import training  # noqa: E402
+from pronounce import pronounce, score  # noqa: E402
+
+import keras_attention as ka  # noqa: E402
+from keras_attention.text import Vocabulary  # noqa: E402
+
+SMOKE_WORDS = 50
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dataset", choices=("cmudict", "sigmorphon"))
+    parser.add_argument("--languages", nargs="+", default=["medium"], help="SIGMORPHON languages, 'medium' (the ten) or 'eng_us'")
+    parser.add_argument("--out", help="output directory (default runs/g2p_<dataset>)")
+    parser.add_argument("--results", help="also write the results JSON here (e.g. results/g2p_cmudict.json)")
+    parser.add_argument("--smoke", action="store_true", help=f"a seconds-long run on {SMOKE_WORDS} words (used by the tests)")
+    parser.add_argument("--no-peer", action="store_true", help="CMUdict: skip the Phonetisaurus comparison")
+    parser.add_argument("--no-export", action="store_true", help="CMUdict: skip the SavedModel/ONNX export")
+    parser.add_argument("--normalization", choices=("NFC", "NFD", "NFKC", "NFKD", "none"),
+                        help="Unicode normal form of the letters (default: none for CMUdict, NFD for SIGMORPHON)")
+    for field in dataclasses.fields(training.TrainConfig) + dataclasses.fields(g2p_model.ModelConfig):
+        kind = field.type if isinstance(field.type, type) else type(field.default)
+        flag = "--" + field.name.replace("_", "-")
+        if kind is bool:
+            parser.add_argument(flag, action="store_true", help=f"(default {field.default})")
+        else:
+            parser.add_argument(flag, type=kind, help=f"(default {field.default})")
+    args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = f"runs/g2p_{args.dataset}" + ("_smoke" if args.smoke else "")
+    return args
+
+
+def configs(args, **defaults):
+    """The model and training settings: dataclass defaults < `defaults` < the command line."""
+    built = []
+    for cls in (g2p_model.ModelConfig, training.TrainConfig):
+        values = {f.name: defaults[f.name] for f in dataclasses.fields(cls) if f.name in defaults}
+        values.update({f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name) not in (None, False)})
+        built.append(cls(**values))
+    return built
+
+
+SMOKE = dict(embedding=16, encoder_units=32, encoder_layers=1, decoder_units=64, attention_units=32, dropout=0.0,
+             epochs=60, batch_size=10, learning_rate=1e-2, warmup_epochs=1, label_smoothing=0.0, ema_epochs=0.0, patience=60)
+
+
+# SIGMORPHON's medium sets are 15 times smaller than CMUdict: smaller
+# batches, more dropout, more epochs (each is short); NFD splits Hangul
+# syllables into jamo and accented letters into letter and accent, so
+# Korean's 1,000 syllables become 67 symbols the model can share across words.
+SIGMORPHON = dict(encoder_units=128, batch_size=64, dropout=0.3, epochs=20, patience=6, normalization="NFD")
+# The high subtask (eng_us, 33,344 words) is a quarter of CMUdict: its settings.
+SIGMORPHON_HIGH = dict(batch_size=128, dropout=0.2, epochs=12, patience=4, normalization="NFD")
+
+
+def vocabularies(lexicon, normalization=None):
+    letters = Vocabulary.build(lexicon, unknown_token="<unk>", normalization=normalization)
+    phones = Vocabulary.build(
+        [" ".join(p) for options in lexicon.values() for p in options], separator=" ", start_token="<s>", end_token="</s>"
+    )
+    return letters, phones
+
+
+def machine():
+    import tensorflow as tf
+
+    return {
+        "platform": platform.platform(), "processor": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+        "python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras.__version__,
+        "gpus": len(tf.config.list_physical_devices("GPU")),
+    }
+
+
+def plot_alignments(greedy, words, letters, phones, out, count=4):
+    """Heat-maps of the letters each phone attended to."""
+    paths = []
+    output = greedy.predict_on_batch(letters.encode(words[:count]))
+    for i, word in enumerate(words[:count]):
+        length = int(np.asarray(output["lengths"])[i])
+        produced = phones.decode(np.asarray(output["ids"])[i])
+        symbols = letters.tokenize(word)
+        weights = np.asarray(output["alignments"])[i, : length - 1, : len(symbols)]
+        path = os.path.join(out, f"alignment_{word}.png")
+        ka.plot_attention(weights, symbols, produced, path=path, title=f"{word} -> {' '.join(produced)}")
+        paths.append(path)
+    return paths
+
+
+def train_language(name, split, args, out, **defaults):
+    """Train and evaluate one lexicon; returns (results dict, models)."""
+    model_config, train_config = configs(args, **defaults)
+    training.set_seed(train_config.seed)
+    normalization = args.normalization or defaults.get("normalization")
+    letters, phones = vocabularies(split["train"], None if normalization == "none" else normalization)
+    trainer, greedy, beam = g2p_model.build_models(letters, phones, model_config)
+    os.makedirs(out, exist_ok=True)
+    history, train_seconds = training.train(trainer, greedy, split, letters, phones, train_config, out)
+    results = {"train_words": len(split["train"]), "dev_words": len(split["dev"]), "test_words": len(split["test"]),
+               "parameters": trainer.count_params(), "epochs": len(history), "train_seconds": round(train_seconds, 1),
+               "best_epoch": training.best_epoch(history), "history": history,
+               "model": dataclasses.asdict(model_config), "training": dataclasses.asdict(train_config),
+               "normalization": letters.normalization}
+    dev_rates, _ = score(greedy, split["dev"], letters, phones)
+    results["dev_wer"], results["dev_per"] = dev_rates["wer"], dev_rates["per"]
+    begin = time.perf_counter()
+    greedy_rates, _ = score(greedy, split["test"], letters, phones)
+    results["greedy_words_per_second"] = round(len(split["test"]) / (time.perf_counter() - begin), 1)
+    begin = time.perf_counter()
+    beam_rates, _ = score(beam, split["test"], letters, phones)
+    results["keras_beam_words_per_second"] = round(len(split["test"]) / (time.perf_counter() - begin), 1)
+    results.update(wer=beam_rates["wer"], per=beam_rates["per"], wer_greedy=greedy_rates["wer"], per_greedy=greedy_rates["per"])
+    for model, kind in ((trainer, "trainer"), (greedy, "greedy"), (beam, "beam")):
+        model.save(os.path.join(out, f"g2p_{kind}.keras"))
+    print(f"{name}: test WER {results['wer']:.2f}% PER {results['per']:.2f}% (beam {model_config.beam_width}); "
+          f"greedy {results['wer_greedy']:.2f}% / {results['per_greedy']:.2f}%; dev WER {results['dev_wer']:.2f}%; "
+          f"{results['epochs']} epochs, {train_seconds:.0f} s", flush=True)
+    return results, (trainer, greedy, beam, letters, phones)
+
+
+def serve_onnx(directory, beam, words, letters, batch_size=256):
+    """Words per second of the exported `pronounce` ONNX model on `words`
+    (batched by length), and the share of words where it decodes exactly
+    what the Keras beam model decodes."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(Path(directory) / "pronounce.onnx"), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    batches = [[words[i] for i in rows] for rows in sorted_batches(words, batch_size)]
+    feeds = [letters.encode(batch) for batch in batches]
+    session.run(None, {"letters": feeds[0]})  # warm-up
+    begin = time.perf_counter()
+    onnx_ids = [dict(zip(names, session.run(None, {"letters": feed})))["ids"][:, 0] for feed in feeds]
+    seconds = time.perf_counter() - begin
+    same = 0
+    for feed, ids in zip(feeds, onnx_ids):
+        keras_ids = np.asarray(beam.predict_on_batch(feed)["ids"])[:, 0]
+        same += int(np.sum(np.all(keras_ids == ids, axis=1)))
+    return {"words_per_second": round(len(words) / seconds, 1), "seconds": round(seconds, 2), "batch_size": batch_size,
+            "same_as_keras": same / len(words)}
+
+
+def sorted_batches(words, batch_size):
+    from pronounce import length_sorted_batches
+
+    return length_sorted_batches(words, batch_size)
+
+
+def export(out, greedy, beam, letters, phones, words):
+    directory = os.path.join(out, "export")
+    sample = [{"letters": words[:16]}, {"letters": words[16:19]}]
+    report = ka.export_model(
+        {"pronounce": beam, "pronounce_greedy": greedy}, directory, overwrite=True,
+        vocabulary={"source": letters, "target": phones},
+        sample_inputs={"pronounce": sample, "pronounce_greedy": sample},
+    )
+    print(report.table())
+    return directory, report
+
+
+def run_cmudict(args):
+    split = data.cmudict_split()
+    if args.smoke:
+        words = data.subset(split["train"], SMOKE_WORDS)
+        split = {"train": words, "dev": words, "test": words}
+    results, (trainer, greedy, beam, letters, phones) = train_language("cmudict", split, args, args.out, **(SMOKE if args.smoke else {}))
+    test_words = sorted(split["test"])
+    results["plots"] = plot_alignments(greedy, ["phoneme", "attention", "keras", "pronounce"] if not args.smoke else test_words, letters, phones, args.out)
+    document = {"test_words": len(test_words), "ours": results}
+    if not args.no_export:
+        directory, report = export(args.out, greedy, beam, letters, phones, test_words)
+        serving = serve_onnx(directory, beam, test_words, letters)
+        results["words_per_second"] = serving["words_per_second"]
+        results["onnx_serving"] = serving
+        results["export_parity"] = {f"{r.signature}/{r.format}/{r.output}": r.max_abs_diff for r in report.parity}
+        print(f"ONNX beam serving: {serving['words_per_second']:.0f} words/s; same as Keras on {serving['same_as_keras']:.2%} of test words")
+    if not args.no_peer:
+        import peer
+
+        # The peer needs no dev set: it trains on every non-test word.
+        peer_train = {**split["train"], **split["dev"]}
+        document["phonetisaurus"] = peer.phonetisaurus(peer_train, split["test"], os.path.join(args.out, "phonetisaurus"))
+        print("phonetisaurus:", json.dumps(document["phonetisaurus"]))
+    return document
+
+
+def run_sigmorphon(args):
+    languages = []
+    for name in args.languages:
+        languages += list(data.MEDIUM_LANGUAGES) if name == "medium" else [name]
+    document = {"languages": {}}
+    total = 0.0
+    for language in languages:
+        split = data.sigmorphon_split(language)
+        if args.smoke:
+            words = data.subset(split["train"], SMOKE_WORDS)
+            split = {"train": words, "dev": words, "test": words}
+        defaults = SIGMORPHON_HIGH if language in data.HIGH_LANGUAGES else SIGMORPHON
+        defaults = {**defaults, **SMOKE} if args.smoke else defaults
+        results, _ = train_language(language, split, args, os.path.join(args.out, language), **defaults)
+        total += results["train_seconds"]
+        document["languages"][language] = {
+            "dev_wer": results["dev_wer"], "test_wer": results["wer"], "test_wer_greedy": results["wer_greedy"],
+            "baseline_test_wer": data.SIGMORPHON_BASELINE[language], "train_seconds": results["train_seconds"],
+            "epochs": results["epochs"], "details": results,
+        }
+    medium = [document["languages"][name] for name in data.MEDIUM_LANGUAGES if name in document["languages"]]
+    if len(medium) == len(data.MEDIUM_LANGUAGES):
+        document["macro_test_wer"] = float(np.mean([entry["test_wer"] for entry in medium]))
+        document["baseline_macro_test_wer"] = data.SIGMORPHON_BASELINE_MACRO
+        document["better_than_baseline"] = sum(entry["test_wer"] < entry["baseline_test_wer"] for entry in medium)
+        document["medium_train_seconds"] = round(sum(entry["train_seconds"] for entry in medium), 1)
+    if "eng_us" in document["languages"]:
+        document["eng_us"] = document["languages"]["eng_us"]
+    document["train_seconds"] = round(total, 1)
+    return document
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    begin = time.perf_counter()
+    document = run_cmudict(args) if args.dataset == "cmudict" else run_sigmorphon(args)
+    document.update(
+        command="python " + " ".join([os.path.relpath(__file__)] + (sys.argv[1:] if argv is None else list(argv))),
+        wall_seconds=round(time.perf_counter() - begin, 1),
+        date=datetime.date.today().isoformat(), machine=machine(), smoke=args.smoke,
+    )
+    paths = [os.path.join(args.out, "results.json")] + ([args.results] if args.results else [])
+    for path in paths:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path + ".tmp", "w") as file:
+            json.dump(document, file, indent=1, sort_keys=True)
+        os.replace(path + ".tmp", path)
+        print(f"wrote {path}")
+    return document
+
+
+if __name__ == "__main__":
+    main()

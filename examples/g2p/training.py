@@ -1,0 +1,130 @@
+"""Training a G2P model: length-bucketed `fit`, a warm-up then cosine schedule,
+weight averaging, dev WER after every epoch, the best epoch kept, resumable."""
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import keras
+import numpy as np
+from pronounce import score
+
+import keras_attention as ka
+from keras_attention.batching import LengthBucketedBatches
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    epochs: int = 12
+    batch_size: int = 128
+    learning_rate: float = 3e-3
+    warmup_epochs: float = 0.5
+    label_smoothing: float = 0.1
+    ema_epochs: float = 1.0  # horizon of the weight average, in epochs (0: no averaging)
+    clipnorm: float = 5.0
+    patience: int = 4  # epochs without a better dev WER before stopping
+    seed: int = 0
+    jit: bool = False
+
+
+def teacher_forcing_data(lexicon, letters, phones):
+    """(letters, previous phones) inputs and next-phone targets, one row per pronunciation."""
+    words, decoder_inputs, targets = [], [], []
+    for word, options in lexicon.items():
+        for pronunciation in options:
+            words.append(letters.encode_one(word))
+            ids = [phones.token_to_id(p) for p in pronunciation]
+            decoder_inputs.append([phones.start_id] + ids)
+            targets.append(ids + [phones.end_id])
+    return (words, decoder_inputs), targets
+
+
+class DevEvaluation(keras.callbacks.Callback):
+    """Greedy WER/PER on the dev words after each epoch (`dev_wer`, `dev_per` in
+    the logs); keeps the weights of the best epoch in `path`."""
+
+    def __init__(self, greedy, lexicon, letters, phones, path):
+        super().__init__()
+        self.greedy, self.lexicon, self.letters, self.phones, self.path = greedy, lexicon, letters, phones, path
+        self.best = float("inf")
+        self.history = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        begin = time.perf_counter()
+        rates, _ = score(self.greedy, self.lexicon, self.letters, self.phones)
+        logs = logs if logs is not None else {}
+        logs["dev_wer"], logs["dev_per"] = rates["wer"], rates["per"]
+        if rates["wer"] < self.best:
+            self.best = rates["wer"]
+            self.model.save_weights(self.path)
+        self.history.append({"epoch": epoch + 1, "dev_wer": rates["wer"], "dev_per": rates["per"], "loss": logs.get("loss")})
+        print(f" - dev WER {rates['wer']:.2f}% PER {rates['per']:.2f}% ({time.perf_counter() - begin:.0f} s)", flush=True)
+
+
+class EpochClock(keras.callbacks.Callback):
+    """Training seconds (evaluation excluded), for the accuracy-against-time curve."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds, self.elapsed = 0.0, []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._last = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seconds += self._last - self._start
+        self.elapsed.append(self.seconds)
+
+
+def train(trainer, greedy, data, letters, phones, config, out, verbose=None):
+    """Fit `trainer` on data["train"], selecting on data["dev"]; returns the
+    per-epoch history. The best epoch's (averaged) weights are left in the
+    models; a killed run resumes from `out/backup`."""
+    inputs, targets = teacher_forcing_data(data["train"], letters, phones)
+    # The read-out is a Sequential, which drops the Keras mask: weigh the
+    # loss by the real target steps instead.
+    batches = LengthBucketedBatches(inputs, targets, batch_size=config.batch_size, seed=config.seed, weigh_targets=True)
+    steps = config.epochs * len(batches)
+    warmup = max(1, int(config.warmup_epochs * len(batches)))
+    schedule = keras.optimizers.schedules.CosineDecay(
+        0.0, max(1, steps - warmup), alpha=0.02, warmup_target=config.learning_rate, warmup_steps=warmup
+    )
+    # The average's horizon is counted in epochs, so a small data set does
+    # not average over its first, untrained, steps.
+    momentum = 1.0 - 1.0 / max(2.0, config.ema_epochs * len(batches))
+    optimizer = keras.optimizers.Adam(schedule, clipnorm=config.clipnorm, use_ema=config.ema_epochs > 0, ema_momentum=momentum)
+    trainer.compile(optimizer, ka.SequenceLoss(label_smoothing=config.label_smoothing), jit_compile=config.jit)
+    best_path = os.path.join(out, "best.weights.h5")
+    clock = EpochClock()
+    evaluation = DevEvaluation(greedy, data["dev"], letters, phones, best_path)
+    callbacks = [keras.callbacks.BackupAndRestore(os.path.join(out, "backup")), clock]
+    if config.ema_epochs:
+        # After BackupAndRestore (which saves the raw weights), before the
+        # evaluation (which scores the averaged ones).
+        callbacks.append(keras.callbacks.SwapEMAWeights(swap_on_epoch=True))
+    callbacks += [evaluation, keras.callbacks.EarlyStopping("dev_wer", patience=config.patience, mode="min")]
+    if verbose is None:  # a progress bar in a terminal, a line per epoch in a log
+        verbose = 1 if sys.stdout.isatty() else 2
+    trainer.fit(batches, epochs=config.epochs, callbacks=callbacks, verbose=verbose)
+    if os.path.exists(best_path):
+        trainer.load_weights(best_path)
+    history = []
+    for entry, seconds in zip(evaluation.history, clock.elapsed[-len(evaluation.history):]):
+        history.append({**entry, "train_seconds": round(seconds, 1)})
+    with open(os.path.join(out, "history.json"), "w") as file:
+        json.dump(history, file, indent=1)
+    return history, clock.seconds
+
+
+def best_epoch(history):
+    return min(history, key=lambda entry: entry["dev_wer"]) if history else None
+
+
+def set_seed(seed):
+    keras.utils.set_random_seed(seed)
+    np.random.seed(seed)

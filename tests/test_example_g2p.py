@@ -1,0 +1,101 @@
+"""The grapheme-to-phoneme example at smoke size: the whole pipeline on 50 real words."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+G2P = ROOT / "examples" / "g2p"
+sys.path.insert(0, str(G2P))
+
+import data  # noqa: E402
+
+
+def run(*arguments, timeout=1200):
+    completed = subprocess.run(
+        [sys.executable, str(G2P / "train.py"), *map(str, arguments)], capture_output=True, text=True, timeout=timeout
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return completed.stdout
+
+
+@pytest.fixture(scope="module")
+def cmudict_smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("g2p_cmudict")
+    stdout = run("cmudict", "--smoke", "--out", out, "--results", out / "results" / "g2p_cmudict.json")
+    return out, json.loads((out / "results.json").read_text()), stdout
+
+
+def test_cmudict_split_is_the_documented_one():
+    split = data.cmudict_split()
+    assert len(split["test"]) == 7817
+    assert len(split["train"]) + len(split["dev"]) == 117109
+    assert not set(split["test"]) & set(split["train"]) and not set(split["dev"]) & set(split["train"])
+    # Stress digits are gone; every pronunciation of a word stays with it.
+    assert split["train"]["abbreviate"] == [["AH", "B", "R", "IY", "V", "IY", "EY", "T"]]
+    assert all(not any(ch.isdigit() for p in options for phone in p for ch in phone) for options in split["test"].values())
+
+
+def test_smoke_model_memorises_its_fifty_words_and_exports_with_parity(cmudict_smoke):
+    out, results, stdout = cmudict_smoke
+    ours = results["ours"]
+    assert results["test_words"] == 50 and results["smoke"] is True
+    # The smoke model is trained and tested on the same 50 words: it must learn them.
+    assert ours["wer_greedy"] <= 10.0 and ours["wer"] <= 10.0
+    assert 0.0 <= ours["per"] <= ours["wer"]
+    assert ours["history"] and ours["history"][-1]["train_seconds"] > 0
+    assert ours["onnx_serving"]["same_as_keras"] >= 0.999
+    assert all(diff <= 1e-4 for diff in ours["export_parity"].values())
+    for name in ("g2p_trainer.keras", "g2p_greedy.keras", "g2p_beam.keras", "history.json", "export/pronounce.onnx", "export/vocabulary.json"):
+        assert (out / name).stat().st_size > 0, name
+    assert len(ours["plots"]) == 4 and all(Path(p).stat().st_size > 0 for p in ours["plots"])
+    assert (out / "results" / "g2p_cmudict.json").read_text() == (out / "results.json").read_text()
+    # The peer ran on the same words and was scored the same way.
+    peer = results["phonetisaurus"]
+    assert peer["test_words"] == 50 and 0.0 <= peer["wer"] <= 100.0 and peer["words_per_second"] > 0
+    assert "phonetisaurus:" in stdout
+
+
+def test_serve_command_pronounces_a_word_list(cmudict_smoke, tmp_path):
+    out, _, _ = cmudict_smoke
+    words = sorted(data.subset(data.cmudict_split()["train"], 50))[:5]
+    (tmp_path / "words.txt").write_text("\n".join(words) + "\n")
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "export" / "serve_onnx.py"), str(out / "export"), "--signature", "pronounce", "--texts", str(tmp_path / "words.txt")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    lines = completed.stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == words
+    lexicon = data.cmudict_split()["train"]
+    # The memorised words come back as their phones, separated by spaces.
+    right = sum(line.split("\t")[1].split() in lexicon[line.split("\t")[0]] for line in lines)
+    assert right >= 4
+
+
+def test_sigmorphon_smoke_runs_two_languages(tmp_path):
+    run("sigmorphon", "--smoke", "--languages", "hun", "kor", "--out", tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["languages"]) == {"hun", "kor"}
+    for language, entry in results["languages"].items():
+        assert entry["baseline_test_wer"] == data.SIGMORPHON_BASELINE[language]
+        assert entry["test_wer"] <= 10.0, (language, entry["test_wer"])
+
+
+def test_sigmorphon_files_are_shipped_with_their_attribution():
+    for language in data.MEDIUM_LANGUAGES + data.HIGH_LANGUAGES:
+        split = data.sigmorphon_split(language)
+        expected = (33344, 4168, 4168) if language == "eng_us" else (8000, 1000, 1000)
+        assert tuple(sum(map(len, split[side].values())) for side in ("train", "dev", "test")) == expected, language
+    readme = (data.SIGMORPHON_DIR / "README.md").read_text()
+    assert "CC BY-SA 3.0" in readme and "WikiPron" in readme
+
+
+def test_readme_results_are_generated_from_the_committed_results_files():
+    import report
+
+    readme = report.README.read_text(encoding="utf-8")
+    assert report.updated_readme(readme) == readme, "run python examples/g2p/report.py"
