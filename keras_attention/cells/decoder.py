@@ -25,9 +25,11 @@ class AttentionDecoder(keras.layers.Layer):
     `keras.layers.RNN` over the cell inside `with cell.bind(memory)`. For a
     loop of your own, call `cell.step(inputs, states, memory)` directly.
 
-    Speed: the loop runs one step per target position, so on CPU compile the
-    model with `jit_compile=True` (Keras leaves XLA off on CPU by default);
-    the benchmark's training step is about 1.5x faster with it. A wrapper
+    Speed: the loop runs one step per target position. For small models XLA
+    (`jit_compile=True`, off on CPU by default) removes per-step overhead
+    (the benchmark's training step is about 1.5x faster with it); for
+    compute-bound models, or with `Dropout` on CPU (XLA's random generator
+    is slow there), it can be slower: time an epoch both ways. A wrapper
     without input feeding does not need the loop: a Keras RNN layer followed
     by one attention call over all steps computes the same thing.
 
