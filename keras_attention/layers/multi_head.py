@@ -163,7 +163,12 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
 
     @staticmethod
     def _project(x, kernel, bias):
-        projected = ops.einsum("btd,dhk->bthk", x, kernel)
+        # A matmul over the flattened heads, not `ops.einsum`: Keras's
+        # TensorFlow einsum reshapes with -1 for these subscripts, which
+        # turns an empty batch into a batch of one.
+        _, heads, size = kernel.shape
+        flat = ops.matmul(x, ops.reshape(kernel, (kernel.shape[0], heads * size)))
+        projected = ops.reshape(flat, (ops.shape(x)[0], ops.shape(x)[1], heads, size))
         return projected if bias is None else projected + bias
 
     def project_query(self, query):
@@ -229,15 +234,24 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
             )
             # The op spreads a row with no valid position uniformly; the row
             # is zeroed below.
-        output = ops.einsum("bqhk,hko->bqo", heads, self.output_kernel)
+        # (A matmul for the reason given in `_project`.)
+        heads_count, size, width = self.output_kernel.shape
+        batch, steps = ops.shape(heads)[0], ops.shape(heads)[1]
+        output = ops.matmul(
+            ops.reshape(heads, (batch, steps, heads_count * size)),
+            ops.reshape(self.output_kernel, (heads_count * size, width)),
+        )
         if self.output_bias is not None:
             output = output + self.output_bias
         # A row with no valid position outputs zero, not the output bias: it
         # is padding, and must not leak into pooling or a residual sum. With
         # the causal mask alone every row sees position 0, so none is empty.
+        # A select, not a product: the fused op's result for such a row is
+        # not guaranteed finite (onnxruntime, over an empty memory), and
+        # NaN * 0 is NaN.
         if mask is not None:
             has_valid = any_along(full_mask, axis=-1, keepdims=True)
-            output = output * ops.cast(has_valid, output.dtype)
+            output = ops.where(has_valid, output, ops.zeros_like(output))
         return output, weights
 
     def call(
