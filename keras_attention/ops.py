@@ -113,7 +113,9 @@ def _max_along(x, axis, floor):
 
 def any_along(mask, axis=-1, keepdims=False):
     """`ops.any(mask, axis)`, false for an empty axis, also once exported to ONNX."""
-    counts = ops.cast(mask, "float32")
+    # One zero entry is padded in, so no runtime ever reduces an empty axis
+    # (whose sum onnxruntime need not define).
+    counts = _pad_one(ops.cast(mask, "float32"), axis, 0.0)
     total = ops.sum(counts, axis=_positive_axis(counts, axis), keepdims=keepdims)
     return ops.greater(total, 0.0)
 
