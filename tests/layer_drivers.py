@@ -240,6 +240,18 @@ def check_weights(driver, weights, query_valid, value_valid, atol=1e-5):
         assert (sums <= 1.0 + atol).all(), driver.id
 
 
+def check_results(driver, results, query_valid, value_valid, atol=1e-5, label=""):
+    """One row of results per example, finite floats, and the weights' pattern."""
+    batch = query_valid.shape[0]
+    for name, value in results.items():
+        value = np.asarray(value)
+        assert value.shape[:1] == (batch,), f"{driver.id} {name}{label}: shape {value.shape} for a batch of {batch}"
+        if name not in driver.ids:
+            assert np.isfinite(value.astype(np.float64)).all(), f"{driver.id} {name}{label} is not finite"
+    if driver.weights is not None and "weights" in results:
+        check_weights(driver, results["weights"], query_valid, value_valid, atol=atol)
+
+
 def driver_params(drivers=None):
     import pytest
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from keras_attention.export import export_model
 from tests import layer_drivers
-from tests.layer_drivers import DRIVERS, check_weights, driver_params
+from tests.layer_drivers import DRIVERS, check_results, driver_params
 
 # (batch, Tq, Tv) and whether every position is masked.
 EMPTY = {
@@ -46,14 +46,7 @@ def _inputs(case, seed=0):
 
 
 def _check(driver, results, query_valid, value_valid):
-    batch = query_valid.shape[0]
-    for name, value in results.items():
-        value = np.asarray(value)
-        assert value.shape[:1] == (batch,), f"{driver.id} {name}: shape {value.shape}"
-        if name not in driver.ids:
-            assert np.isfinite(value.astype(np.float64)).all(), f"{driver.id} {name} not finite"
-    if driver.weights is not None and "weights" in results:
-        check_weights(driver, results["weights"], query_valid, value_valid)
+    check_results(driver, results, query_valid, value_valid)
     if driver.zero_context and "output" in results:
         allowed = driver.allowed(query_valid, value_valid)
         if driver.id.startswith("multi_head"):  # (B, 1, Tq, Tv): over the heads

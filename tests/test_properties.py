@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.layer_drivers import D, DRIVERS, check_weights, driver_params
+from tests.layer_drivers import D, DRIVERS, check_results, driver_params
 
 POLICIES = ["float32", "mixed_float16", "mixed_bfloat16", "float64"]
 # Keras's own layers cannot run these inputs (see test_empty_inputs):
@@ -64,12 +64,5 @@ def test_every_layer_on_random_inputs(driver, call):
     except ValueError as error:
         assert NAMES_AN_ARGUMENT.search(str(error)), f"{driver_id}: a ValueError that names no argument: {error}"
         return
-    batch = query.shape[0]
-    for name, result in results.items():
-        result = np.asarray(result)
-        assert result.shape[:1] == (batch,), f"{driver_id} {name}: shape {result.shape} for a batch of {batch}"
-        if name not in driver.ids:
-            assert np.isfinite(result.astype(np.float64)).all(), f"{driver_id} {name} under {policy} is not finite"
-    if driver.weights is not None and "weights" in results:
-        low = policy in ("mixed_float16", "mixed_bfloat16")
-        check_weights(driver, results["weights"], query_valid, value_valid, atol=2e-2 if low else 1e-5)
+    low = policy in ("mixed_float16", "mixed_bfloat16")
+    check_results(driver, results, query_valid, value_valid, atol=2e-2 if low else 1e-5, label=f" under {policy}")
