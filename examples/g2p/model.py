@@ -19,7 +19,7 @@ import keras_attention as ka
 @dataclasses.dataclass
 class ModelConfig:
     embedding: int = 64
-    encoder_units: int = 256  # per direction
+    encoder_units: int = 128  # per direction
     encoder_layers: int = 2
     decoder_units: int = 256
     attention_units: int = 128
