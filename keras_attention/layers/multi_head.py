@@ -162,13 +162,23 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
     # ------------------------------------------------------------ projections
 
     @staticmethod
-    def _project(x, kernel, bias):
-        # A matmul over the flattened heads, not `ops.einsum`: Keras's
-        # TensorFlow einsum reshapes with -1 for these subscripts, which
-        # turns an empty batch into a batch of one.
-        _, heads, size = kernel.shape
-        flat = ops.matmul(x, ops.reshape(kernel, (kernel.shape[0], heads * size)))
-        projected = ops.reshape(flat, (ops.shape(x)[0], ops.shape(x)[1], heads, size))
+    def _contract(x, kernel, axes):
+        """`x (B, T, *kernel.shape[:axes])` times `kernel` -> `(B, T, *kernel.shape[axes:])`.
+
+        One matmul over flattened axes, not `ops.einsum`: Keras's TensorFlow
+        einsum reshapes with -1 for these subscripts, which turns an empty
+        batch into a batch of one.
+        """
+        inner, outer = kernel.shape[:axes], kernel.shape[axes:]
+        batch, steps = ops.shape(x)[0], ops.shape(x)[1]
+        flat = ops.matmul(
+            ops.reshape(x, (batch, steps, math.prod(inner))),
+            ops.reshape(kernel, (math.prod(inner), math.prod(outer))),
+        )
+        return ops.reshape(flat, (batch, steps, *outer))
+
+    def _project(self, x, kernel, bias):
+        projected = self._contract(x, kernel, 1)
         return projected if bias is None else projected + bias
 
     def project_query(self, query):
@@ -234,13 +244,7 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
             )
             # The op spreads a row with no valid position uniformly; the row
             # is zeroed below.
-        # (A matmul for the reason given in `_project`.)
-        heads_count, size, width = self.output_kernel.shape
-        batch, steps = ops.shape(heads)[0], ops.shape(heads)[1]
-        output = ops.matmul(
-            ops.reshape(heads, (batch, steps, heads_count * size)),
-            ops.reshape(self.output_kernel, (heads_count * size, width)),
-        )
+        output = self._contract(heads, self.output_kernel, 2)
         if self.output_bias is not None:
             output = output + self.output_bias
         # A row with no valid position outputs zero, not the output bias: it
