@@ -45,6 +45,24 @@ def _reset_dropout_masks(cell):
         _reset_dropout_masks(inner)
 
 
+def _last_valid_step(sequence, initial, mask):
+    """`sequence (B, T, d)` at each row's last step where `mask (B, T)` is
+    True, or `initial (B, d)` for a row with none (the state a loop that
+    skips masked steps ends in)."""
+    batch, steps = ops.shape(sequence)[0], ops.shape(sequence)[1]
+    padded = ops.concatenate([ops.expand_dims(ops.cast(initial, sequence.dtype), 1), sequence], axis=1)
+    if mask is None:
+        index = ops.full((batch,), steps, dtype="int32")
+    else:
+        # The last True position + 1, so that 0 picks `initial`.
+        # A leading False column keeps the reduction non-empty when T = 0.
+        mask = ops.concatenate([ops.zeros((batch, 1), "bool"), ops.cast(mask, "bool")], axis=1)
+        positions = ops.arange(0, steps + 1, dtype="int32")
+        index = ops.max(ops.where(mask, positions, ops.zeros_like(positions)), axis=1)
+    index = ops.broadcast_to(ops.reshape(ops.cast(index, "int32"), (-1, 1, 1)), (batch, 1, ops.shape(sequence)[2]))
+    return ops.squeeze(ops.take_along_axis(padded, index, axis=1), 1)
+
+
 @keras.saving.register_keras_serializable(package="keras_attention")
 class AttentionWrapper(WeightSettings, AttentionCell):
     """Attention around any Keras RNN cell, Luong or Bahdanau style.
@@ -85,7 +103,10 @@ class AttentionWrapper(WeightSettings, AttentionCell):
             for Luong's "general", `AdditiveAttention(units)` for Bahdanau's).
         attention_layer_size: size of `a_t`, or None to use the context.
         output_attention: output `a_t` (Luong) rather than the cell output.
-        input_feeding: concatenate `a_{t-1}` to the cell's input.
+        input_feeding: concatenate `a_{t-1}` to the cell's input. Without
+            it (and with a non-monotonic attention) `AttentionDecoder`
+            trains without a per-step attention: one pass of the wrapped
+            cell, then one attention call over every step (`run_sequence`).
         kernel_initializer, kernel_regularizer: for `W_c`.
 
     Example:
@@ -192,6 +213,47 @@ class AttentionWrapper(WeightSettings, AttentionCell):
             attention = ops.tanh(ops.matmul(ops.concatenate([context, cell_output], axis=-1), self.attention_kernel))
         output = attention if self.output_attention else cell_output
         return output, keras.tree.flatten(new_cell_states) + [attention], alignment
+
+    # ------------------------------------------------- a whole sequence at once
+
+    @property
+    def attends_after_the_recurrence(self):
+        """True when no step's input depends on an attention (no input
+        feeding, no monotonic alignment carried): the wrapped cell can then
+        run over the whole target first, and the attention of every step be
+        computed in one call (`run_sequence`)."""
+        return not self.input_feeding and not self.is_monotonic
+
+    def run_sequence(self, inputs, memory, initial_state, mask=None, training=None):
+        """Teacher-forced outputs of every step without a per-step attention.
+
+        Computes what a loop over `step` computes (Luong et al. 2015's
+        decoder without input feeding): a Keras `RNN` over the wrapped cell
+        gives `h_1..h_Tt`, then one attention call scores all of them
+        against the memory. Only for `attends_after_the_recurrence`.
+
+        Returns `(outputs (B, Tt, output_size), final_states, alignments
+        (B, Tt, Ts))`; like the loop, padded steps (`mask` False) leave the
+        states unchanged and repeat the previous output.
+        """
+        *cell_states, initial_attention = initial_state
+        structured = keras.tree.pack_sequence_as(self._cell_state_structure, list(cell_states))
+        # A fresh RNN per call, as in AttentionDecoder: it owns no weights.
+        rnn = keras.layers.RNN(self.cell, return_sequences=True, return_state=True, dtype=self.dtype_policy)
+        cell_outputs, *final_cell_states = rnn(
+            ops.cast(inputs, self.compute_dtype), initial_state=structured, mask=mask, training=training
+        )
+        attention_mask = None if memory.mask is None else ops.expand_dims(memory.mask, 1)
+        context, alignments = self.attention.attend(
+            self.attention.project_query(cell_outputs), memory.keys, memory.values, attention_mask, training=training
+        )
+        if self.attention_kernel is None:
+            attention = context
+        else:
+            attention = ops.tanh(ops.matmul(ops.concatenate([context, cell_outputs], axis=-1), self.attention_kernel))
+        outputs = attention if self.output_attention else cell_outputs
+        final_attention = _last_valid_step(attention, initial_attention, mask)
+        return outputs, keras.tree.flatten(final_cell_states) + [final_attention], alignments
 
     def get_config(self):
         config = super().get_config()
