@@ -27,7 +27,7 @@ setup(
     packages=find_packages(include=["keras_attention", "keras_attention.*"]),
     python_requires=">=3.10",
     install_requires=["tensorflow>=2.16,<2.22", "keras>=3.8", "numpy"],
-    entry_points={"console_scripts": ["keras-attention-export = keras_attention.export:main"]},
+    entry_points={"console_scripts": ["keras-attention-export = keras_attention.export.cli:main"]},
     extras_require={
         "onnx": onnx,
         "plot": plot,

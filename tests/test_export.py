@@ -17,7 +17,9 @@ import tensorflow as tf
 from keras import ops
 
 import keras_attention as ka
-from keras_attention import export as export_module
+from keras_attention.export import cli as export_cli
+from keras_attention.export import models as export_models
+from keras_attention.export import signatures as export_signatures
 from keras_attention.export import (
     ExportError,
     decode_ids,
@@ -385,7 +387,7 @@ def test_mixed_precision_model_is_exported_from_a_float32_copy(policy, tmp_path)
 
 def test_on_a_gpu_rnn_layers_are_rebuilt_without_cudnn(tmp_path, monkeypatch):
     """cuDNN LSTM/GRU ops do not convert: with a GPU present the export uses use_cudnn=False copies."""
-    monkeypatch.setattr(export_module, "_gpu_present", lambda: True)
+    monkeypatch.setattr(export_models, "gpu_present", lambda: True)
     tokens = keras.Input((None,), dtype="int32", name="tokens")
     states = keras.layers.LSTM(4, return_sequences=True)(keras.layers.Embedding(10, 3, mask_zero=True)(tokens))
     model = keras.Model(tokens, keras.layers.Dense(2, name="logits")(ka.AttentionPooling(4)(states)))
@@ -446,9 +448,9 @@ def test_an_op_that_does_not_convert_is_named_and_nothing_is_left(tmp_path):
 
 def test_a_parity_failure_names_the_output_and_nothing_is_left(tmp_path, monkeypatch):
     # A Keras reference that drifts by 0.5 stands in for a real numerical mismatch.
-    call_keras = export_module._Signature.call_keras
+    call_keras = export_signatures.Signature.call_keras
     monkeypatch.setattr(
-        export_module._Signature, "call_keras", lambda self, arrays: {k: v + 0.5 for k, v in call_keras(self, arrays).items()}
+        export_signatures.Signature, "call_keras", lambda self, arrays: {k: v + 0.5 for k, v in call_keras(self, arrays).items()}
     )
     with pytest.raises(ExportError, match=r"onnx signature 'serving_default' output 'logits': max \|diff\| 0.5 \(allowed 0.0001\)") as caught:
         export_model(small_model(), tmp_path / "export", formats=["onnx"])
@@ -540,7 +542,7 @@ def test_export_command_failures_are_one_line_and_leave_nothing(tmp_path, capsys
     def broken(*args, **kwargs):
         raise tf.errors.InternalError(None, None, "the graph\nfell over")
 
-    monkeypatch.setattr(export_module, "export_model", broken)
+    monkeypatch.setattr(export_cli, "export_model", broken)
     assert main([keras_file, str(tmp_path / "out")]) == 1
     assert _one_error_line(capsys) == "error: InternalError: the graph fell over"
     assert not (tmp_path / "out").exists()
@@ -553,12 +555,13 @@ def test_export_command_failures_are_one_line_and_leave_nothing(tmp_path, capsys
 
 
 def test_token_vocabularies_round_trip_through_the_vocabulary_file(tmp_path):
+    from keras_attention.export.vocabulary import vocabulary_json
     from keras_attention.text import Vocabulary
 
     phones = Vocabulary(["<pad>", "<s>", "</s>", "AH", "B"], separator=" ", start_token="<s>", end_token="</s>")
     letters = Vocabulary(["<pad>", "<unk>", "a", "b"], unknown_token="<unk>", lowercase=True)
     vocabulary = {"source": letters, "target": phones}
-    (tmp_path / "vocabulary.json").write_text(export_module._vocabulary_json(vocabulary))
+    (tmp_path / "vocabulary.json").write_text(vocabulary_json(vocabulary))
     loaded = load_vocabulary(tmp_path)
     assert loaded == vocabulary
     np.testing.assert_array_equal(encode_strings(["Ab", "bz"], loaded), [[2, 3], [3, 1]])

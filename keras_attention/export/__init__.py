@@ -1,0 +1,65 @@
+"""Export trained models, decode loops included, to SavedModel and ONNX with verified parity.
+
+`export_model` writes one directory:
+
+    OUT_DIR/
+      saved_model/      one SavedModel, one named signature per exported model
+      model.onnx        the `serving_default` signature
+      <name>.onnx       every other signature (e.g. `translate.onnx`)
+      vocabulary.json   optional: token lists for `run_onnx` (strings in, strings out)
+      report.json       the parity report
+
+and checks every artifact against Keras before it puts the directory in
+place: the ONNX files pass `onnx.checker` and load in onnxruntime, and every
+output of every signature, in both formats, is compared with the Keras model
+on inputs of several batch sizes and lengths (padding included).
+
+TensorFlow, tf2onnx, onnx and onnxruntime (the `onnx` extra) are imported
+inside the functions that need them, so importing this package is cheap.
+
+One module per concern: `layout` (file names and defaults), `report`,
+`models` (loading and the float32 copy), `signatures`, `samples` (the
+verification inputs), `parity`, `onnx` (conversion and its diagnostics),
+`directories` (safe placement), `exporter` (`export_model`), `vocabulary`,
+`serving` (`run_onnx`, `translate_texts`) and `cli` (the command).
+"""
+
+from keras_attention.export.cli import error_line, main
+from keras_attention.export.exporter import export_model
+from keras_attention.export.layout import (
+    DEFAULT_OPSET,
+    DEFAULT_SHAPES,
+    DEFAULT_SIGNATURE,
+    FORMATS,
+    MAX_OPSET,
+    MIN_OPSET,
+    REPORT_FILE,
+    SAVED_MODEL_DIR,
+    VOCABULARY_FILE,
+)
+from keras_attention.export.report import ExportError, ExportReport, ParityRow
+from keras_attention.export.serving import run_onnx, translate_texts
+from keras_attention.export.vocabulary import decode_ids, encode_strings, load_vocabulary
+
+__all__ = [
+    "DEFAULT_OPSET",
+    "DEFAULT_SHAPES",
+    "DEFAULT_SIGNATURE",
+    "FORMATS",
+    "MAX_OPSET",
+    "MIN_OPSET",
+    "REPORT_FILE",
+    "SAVED_MODEL_DIR",
+    "VOCABULARY_FILE",
+    "ExportError",
+    "ExportReport",
+    "ParityRow",
+    "decode_ids",
+    "encode_strings",
+    "error_line",
+    "export_model",
+    "load_vocabulary",
+    "main",
+    "run_onnx",
+    "translate_texts",
+]

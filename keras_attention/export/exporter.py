@@ -1,0 +1,268 @@
+"""`export_model`, the public entry point, and the writer that produces and
+verifies every artifact in a staging directory."""
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from keras_attention.export.directories import _check_target, _put_in_place, _remove_created
+from keras_attention.export.layout import (
+    DEFAULT_OPSET,
+    DEFAULT_SHAPES,
+    DEFAULT_SIGNATURE,
+    FORMATS,
+    MAX_OPSET,
+    MIN_OPSET,
+    REPORT_FILE,
+    SAVED_MODEL_DIR,
+    VOCABULARY_FILE,
+    _onnx_file,
+)
+from keras_attention.export.models import _as_models, _exportable_copy
+from keras_attention.export.onnx import _export_onnx
+from keras_attention.export.parity import _check_parity, _record
+from keras_attention.export.report import ExportError, ExportReport
+from keras_attention.export.samples import _generated_batches, _sample_batches
+from keras_attention.export.signatures import _make_signature
+from keras_attention.export.vocabulary import _check_vocabulary, load_vocabulary, vocabulary_json
+
+
+def _check_formats(formats):
+    if isinstance(formats, str):
+        formats = (formats,)
+    formats = tuple(formats)
+    unknown = [f for f in formats if f not in FORMATS]
+    if not formats or unknown or len(set(formats)) != len(formats):
+        raise ValueError(f"`formats` must be a non-empty selection of {FORMATS} without repeats; got {formats!r}.")
+    return formats
+
+
+def _check_opset(opset):
+    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ValueError(f"`opset` must be an integer from {MIN_OPSET} to {MAX_OPSET} (tf2onnx 1.17 supports no later); got {opset!r}.")
+    return opset
+
+
+def export_model(
+    model,
+    directory,
+    formats=FORMATS,
+    opset=DEFAULT_OPSET,
+    input_signature=None,
+    verify=True,
+    overwrite=False,
+    sample_inputs=None,
+    vocabulary=None,
+    atol=1e-4,
+    shapes=DEFAULT_SHAPES,
+    seed=0,
+):
+    """Export a model (or several, as named signatures) to SavedModel and ONNX, verified against Keras.
+
+    Each model becomes one signature with named inputs (the `keras.Input`
+    names, or dict keys) and named outputs (dict keys, else the output
+    layers' names), dynamic batch and length: a SavedModel signature of that
+    name and one ONNX file (`model.onnx` for `serving_default`, else
+    `<name>.onnx`). Mixed-precision models, and on a GPU cuDNN RNNs, are
+    exported from a rebuilt float32, cuDNN-free copy with the same weights.
+
+    Every ONNX file passes `onnx.checker` and loads in onnxruntime. With
+    `verify`, every output of every signature in every format is compared
+    with Keras on `sample_inputs`, or on generated inputs of each `(batch,
+    length)` in `shapes` (ids right-padded with 0, masks of the same
+    lengths): float outputs within `atol`, integer outputs exactly.
+
+    Everything is written to a temporary directory next to `directory` and
+    renamed into place at the end: an op that does not convert, a parity
+    failure or any other error raises and leaves nothing behind.
+
+    Args:
+        model: a `keras.Model`, a path to a `.keras` file (loaded in safe
+            mode), or a mapping {signature name: model or path}, e.g.
+            `{"serving_default": train_model, "translate": decode_model}`.
+        directory: the export directory to create.
+        formats: "saved_model" and/or "onnx".
+        opset: ONNX opset, 13 to 18.
+        input_signature: optional input specs (list of `keras.InputSpec` /
+            `tf.TensorSpec`, or {input name: (shape, dtype)}); required for
+            subclassed models. With several models, {signature: specs}.
+        verify: compare the artifacts with Keras (the checker and the
+            onnxruntime load always run).
+        overwrite: replace an existing export directory.
+        sample_inputs: optional list of {input name: array} batches used
+            instead of generated ones; a batch is used for every signature
+            whose inputs it covers ({signature: list} also accepted). With
+            `vocabulary`, a value may be a list of strings (tokenised).
+        vocabulary: optional {"source": Vocabulary, "target": Vocabulary}
+            (or their configs, or the list form `load_vocabulary` reads), or
+            the path of such a JSON file; written as `vocabulary.json` for
+            `run_onnx` and the serve command.
+        atol: allowed max absolute difference of float outputs.
+        shapes: (batch, length) pairs of the generated inputs.
+        seed: seed of the generated inputs.
+
+    Returns:
+        An `ExportReport` (also written to `directory/report.json`).
+
+    Raises:
+        FileExistsError: `directory` exists and `overwrite` is False.
+        FileNotFoundError: a model path does not exist.
+        ExportError (a ValueError): an op does not convert (named), or an
+            output does not match Keras (named).
+        ValueError: invalid arguments or an unreadable `.keras` file.
+
+    Example:
+
+    ```python
+    import tempfile, keras, keras_attention
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    memory = keras.layers.Embedding(20, 8, mask_zero=True)(tokens)
+    pooled = keras_attention.AttentionPooling(8)(memory)
+    model = keras.Model(tokens, keras.layers.Dense(3, name="logits")(pooled))
+    report = keras_attention.export_model(model, tempfile.mkdtemp() + "/export")
+    print(report.table())          # signature, format, output, max |diff|, ...
+    assert report.max_abs_diff("onnx", "logits") <= 1e-4
+    ```
+    """
+    started = time.perf_counter()
+    formats = _check_formats(formats)
+    opset = _check_opset(opset)
+    if not isinstance(atol, (int, float)) or isinstance(atol, bool) or atol < 0:
+        raise ValueError(f"`atol` must be a number >= 0; got {atol!r}.")
+    if not shapes or any(len(s) != 2 or min(s) < 1 for s in shapes):
+        raise ValueError(f"`shapes` must be (batch, length) pairs of positive integers; got {shapes!r}.")
+    if isinstance(directory, bool) or not isinstance(directory, (str, os.PathLike)):
+        raise ValueError(f"`directory` must be a path; got {directory!r}.")
+    directory = Path(directory).absolute()
+    _check_target(directory, overwrite)
+    vocabulary = None if vocabulary is None else _check_vocabulary(
+        load_vocabulary(vocabulary) if isinstance(vocabulary, (str, os.PathLike)) else vocabulary, "vocabulary"
+    )
+
+    models = _as_models(model)
+    if input_signature is not None and len(models) > 1:
+        if not isinstance(input_signature, Mapping) or not set(input_signature) <= set(models):
+            raise ValueError(
+                f"`input_signature` with several models must be {{signature name: specs}} for names in {sorted(models)}; got {input_signature!r}."
+            )
+        signature_specs = dict(input_signature)
+    else:
+        signature_specs = {name: input_signature for name in models}
+    report = ExportReport(directory=str(directory), formats=list(formats), opset=opset)
+    report.versions = _versions()
+    signatures = []
+    for name, value in models.items():
+        argument = "model" if len(models) == 1 else f"model[{name!r}]"
+        exportable = _exportable_copy(value, argument, report.notes)
+        signatures.append(_make_signature(name, exportable, signature_specs.get(name), argument))
+    for signature in signatures:
+        report.signatures[signature.name] = {
+            "inputs": {n: {"shape": s.shape.as_list(), "dtype": s.dtype.name} for n, s in zip(signature.input_names, signature.input_specs)},
+            "outputs": {n: {"dtype": d} for n, d in zip(signature.output_names, signature.output_dtypes)},
+        }
+        if DEFAULT_SIGNATURE not in models and signature is signatures[0] and "saved_model" in formats:
+            report.notes.append(f"SavedModel: {signature.name!r} is also served as {DEFAULT_SIGNATURE!r}.")
+
+    created = [p for p in [directory.parent, *directory.parent.parents] if not p.exists()]
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.partial-", dir=directory.parent))
+    except OSError as error:
+        _remove_created(created)
+        # An OSError of the same kind, saying which argument and what failed.
+        raise type(error)(
+            f"`directory` {str(directory)!r}: cannot create the export there ({error.strerror or error})."
+        ) from error
+    try:
+        _write_and_verify(signatures, staging, directory, formats, opset, verify, sample_inputs, vocabulary, shapes, seed, atol, report)
+        if vocabulary is not None:
+            (staging / VOCABULARY_FILE).write_text(vocabulary_json(vocabulary), encoding="utf-8")
+            report.paths["vocabulary"] = str(directory / VOCABULARY_FILE)
+        report.paths["report"] = str(directory / REPORT_FILE)
+        report.timings_s["total"] = round(time.perf_counter() - started, 3)
+        report.to_json(staging / REPORT_FILE)
+        _put_in_place(staging, directory, overwrite)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        _remove_created(created)
+        raise
+    return report
+
+
+def _versions():
+    import importlib.metadata
+
+    versions = {}
+    for package in ("keras", "tensorflow", "tf2onnx", "onnx", "onnxruntime"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
+def _write_and_verify(signatures, staging, directory, formats, opset, verify, sample_inputs, vocabulary, shapes, seed, atol, report):
+    import tensorflow as tf
+
+    functions = {}
+    if "saved_model" in formats:
+        begin = time.perf_counter()
+        archive = keras.export.ExportArchive()
+        for signature in signatures:
+            archive.track(signature.model)
+            functions[signature.name] = archive.add_endpoint(signature.name, signature.serve, signature.input_specs)
+        archive.write_out(str(staging / SAVED_MODEL_DIR), verbose=False)
+        report.paths["saved_model"] = str(directory / SAVED_MODEL_DIR)
+        report.timings_s["saved_model"] = round(time.perf_counter() - begin, 3)
+
+    sessions = {}
+    if "onnx" in formats:
+        begin = time.perf_counter()
+        report.paths["onnx"] = {}
+        for signature in signatures:
+            function = functions.get(signature.name)
+            if function is None:
+                function = tf.function(signature.serve, input_signature=signature.input_specs, autograph=False)
+            sessions[signature.name] = _export_onnx(signature, function, staging / _onnx_file(signature.name), opset)
+            report.paths["onnx"][signature.name] = str(directory / _onnx_file(signature.name))
+        report.timings_s["onnx"] = round(time.perf_counter() - begin, 3)
+
+    if not verify:
+        report.notes.append("verify=False: no parity measured.")
+        return
+    begin = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    loaded = tf.saved_model.load(str(staging / SAVED_MODEL_DIR)) if "saved_model" in formats else None
+    for signature in signatures:
+        if sample_inputs is not None:
+            batches = _sample_batches(signature, sample_inputs, vocabulary)
+        else:
+            batches = _generated_batches(signature, shapes, rng)
+        try:
+            expected = [signature.call_keras(arrays) for arrays in batches]
+        except Exception as error:
+            raise ExportError(
+                f"signature {signature.name!r}: the Keras model fails on the verification inputs ({type(error).__name__}: {error}); "
+                "pass `sample_inputs` with valid values."
+            ) from error
+        report.batches[signature.name] = [{n: list(a.shape) for n, a in zip(signature.input_names, arrays)} for arrays in batches]
+        if loaded is not None:
+            function = loaded.signatures[signature.name]
+            actual = [
+                {k: v.numpy() for k, v in function(**{n: tf.constant(a) for n, a in zip(signature.input_names, arrays)}).items()}
+                for arrays in batches
+            ]
+            _record(report, signature, "saved_model", expected, actual, atol)
+        if signature.name in sessions:
+            session = sessions[signature.name]
+            names = [o.name for o in session.get_outputs()]
+            actual = [dict(zip(names, session.run(None, dict(zip(signature.input_names, arrays))))) for arrays in batches]
+            _record(report, signature, "onnx", expected, actual, atol)
+    report.timings_s["verify"] = round(time.perf_counter() - begin, 3)
+    _check_parity(report)

@@ -1,0 +1,97 @@
+"""The inputs parity is measured on: the caller's sample batches, or
+generated ones (right-padded ids, masks and floats of several shapes)."""
+
+from collections.abc import Mapping
+
+import keras
+import numpy as np
+
+from keras_attention.export.signatures import _model_inputs
+from keras_attention.export.vocabulary import _is_text, encode_strings
+
+
+def _embedding_sizes(model):
+    """{id(input tensor): input_dim} for Embedding layers fed directly by a model input."""
+    sizes, smallest = {}, None
+    for layer in getattr(model, "layers", []):
+        if not isinstance(layer, keras.layers.Embedding):
+            continue
+        smallest = layer.input_dim if smallest is None else min(smallest, layer.input_dim)
+        # Inbound nodes are Keras internals; they only sharpen the guess of a valid id range.
+        for node in getattr(layer, "_inbound_nodes", []):
+            for tensor in getattr(node, "input_tensors", []):
+                key = id(tensor)
+                sizes[key] = min(sizes.get(key, layer.input_dim), layer.input_dim)
+    return sizes, smallest
+
+
+def _generated_batches(signature, shapes, rng):
+    """Random inputs for each (batch, length): ids with right padding, normal floats, length masks."""
+    inputs = _model_inputs(signature.model)
+    tensors = [tensor for _, tensor in inputs[1]] if inputs else [None] * len(signature.input_specs)
+    sizes, smallest = _embedding_sizes(signature.model)
+    batches = []
+    for batch, length in shapes:
+        # One length per row shared by every input, so ids, masks and features agree.
+        lengths = rng.integers(1, length + 1, size=batch)
+        lengths[rng.integers(batch)] = length  # the padded length is really used
+        arrays = []
+        for spec, tensor in zip(signature.input_specs, tensors):
+            shape = [batch if axis == 0 and d is None else (length if d is None else d) for axis, d in enumerate(spec.shape.as_list())]
+            dynamic = len(shape) >= 2 and spec.shape.as_list()[1] is None
+            rows = lengths if shape[0] == batch else np.full(shape[0], length)  # a fixed batch size
+            padding = np.arange(shape[1])[None, :] >= rows[:, None] if dynamic else None
+            dtype = spec.dtype.as_numpy_dtype
+            if spec.dtype.is_bool:
+                value = np.broadcast_to(
+                    (~padding).reshape(padding.shape + (1,) * (len(shape) - 2)) if dynamic else np.ones(shape, bool), shape
+                ).copy()
+            elif spec.dtype.is_integer:
+                high = sizes.get(id(tensor), smallest or 10)
+                value = rng.integers(1, max(high, 2), size=shape).astype(dtype)
+                if dynamic:
+                    value[padding] = 0
+            else:
+                value = rng.normal(size=shape).astype(dtype)
+                if dynamic:
+                    value[padding] = 0
+            arrays.append(value)
+        batches.append(arrays)
+    return batches
+
+
+def _sample_batches(signature, sample_inputs, vocabulary):
+    """The caller's batches (list of {input name: array}) that feed every input of `signature`.
+
+    With a vocabulary, text values (strings) are tokenised as `run_onnx` will do.
+    """
+    if isinstance(sample_inputs, Mapping):
+        if signature.name not in sample_inputs:
+            raise ValueError(
+                f"`sample_inputs` is keyed by signature but has no entry for {signature.name!r}; keys: {sorted(sample_inputs)}."
+            )
+        candidates = sample_inputs[signature.name]
+    else:
+        candidates = sample_inputs
+    if isinstance(candidates, Mapping):
+        candidates = [candidates]
+    batches = []
+    for batch in candidates:
+        if not isinstance(batch, Mapping):
+            raise ValueError(f"`sample_inputs` must be a list of {{input name: array}} dicts; got an entry {type(batch).__name__}.")
+        if all(name in batch for name in signature.input_names):
+            arrays = []
+            for name, spec in zip(signature.input_names, signature.input_specs):
+                value = batch[name]
+                if _is_text(value):
+                    if vocabulary is None:
+                        raise ValueError(f"`sample_inputs`: input {name!r} is text; pass `vocabulary` to tokenise it.")
+                    value = encode_strings(value, vocabulary)
+                arrays.append(np.asarray(value, dtype=spec.dtype.as_numpy_dtype))
+            batches.append(arrays)
+    if not batches:
+        raise ValueError(
+            f"`sample_inputs` has no batch with every input of signature {signature.name!r} "
+            f"(expected keys {signature.input_names})."
+        )
+    return batches

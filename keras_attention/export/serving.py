@@ -1,0 +1,222 @@
+"""Serving an export with onnxruntime: `run_onnx` (inputs checked against
+the model, timed) and `translate_texts` (strings in, strings out)."""
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from keras_attention.export.layout import DEFAULT_SIGNATURE, VOCABULARY_FILE, _onnx_file
+from keras_attention.export.onnx import _session
+from keras_attention.export.vocabulary import _is_text, decode_ids, encode_strings, load_vocabulary
+
+
+_ONNX_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(int32)": np.int32,
+    "tensor(int64)": np.int64,
+    "tensor(bool)": np.bool_,
+}
+
+
+def _shape_text(spec):
+    return "(" + ", ".join(str(d) if d is not None else "?" for d in spec.shape) + ")"
+
+
+def _feed(name, value, spec, dtype):
+    """`value` as the array input `name` takes, or a ValueError naming it.
+
+    onnxruntime's own errors for a wrong rank or type name no input (and
+    come with a traceback from the serving command).
+    """
+    try:
+        array = np.asarray(value)
+    except ValueError:  # ragged nested lists
+        array = None
+    if array is None or array.dtype.kind not in "biuf":
+        raise ValueError(
+            f"input {name!r} must be a nested list of numbers of shape {_shape_text(spec)}; got {value!r:.80}."
+        )
+    if array.ndim != len(spec.shape):
+        raise ValueError(
+            f"input {name!r} must have rank {len(spec.shape)}, shape {_shape_text(spec)}; "
+            f"got shape {array.shape} ({value!r:.60})."
+        )
+    if dtype is not None and np.dtype(dtype).kind in "iu" and array.dtype.kind == "f":
+        if not np.all(np.isfinite(array)) or not np.all(array == np.round(array)):
+            raise ValueError(f"input {name!r} must hold integers (it is {np.dtype(dtype).name}); got {value!r:.80}.")
+    return array.astype(dtype) if dtype is not None else array
+
+
+def _check_ids(name, array, rows):
+    """Ids of input `name` must index its embedding table of `rows` rows."""
+    if rows is None or array.size == 0:
+        return
+    low, high = int(array.min()), int(array.max())
+    if low < 0 or high >= rows:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"input {name!r} holds the id {bad}, outside the model's vocabulary: its embedding has {rows} rows "
+            f"(ids 0 to {rows - 1})."
+        )
+
+
+# Ops an id passes through on its way to an embedding lookup (Keras's
+# Embedding maps negative ids with a compare-and-select first).
+_ID_OPS = {"Cast", "Add", "Sub", "Mul", "Where", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Less", "Greater", "Not", "Expand", "Clip"}
+
+
+def _embedding_rows(path):
+    """{input name: rows of the embedding table its ids are looked up in}.
+
+    Found by following each input through `_ID_OPS` to a `Gather` whose data
+    is a rank-2 weight; inputs that reach none are left out.
+    """
+    import onnx
+
+    graph = onnx.load(str(path)).graph
+    tables = {i.name: int(i.dims[0]) for i in graph.initializer if len(i.dims) == 2}
+    consumers = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    rows = {}
+    for value in graph.input:
+        seen, frontier, found = {value.name}, [value.name], []
+        while frontier:
+            name = frontier.pop()
+            for node in consumers.get(name, ()):
+                if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name and node.input[0] in tables:
+                    found.append(tables[node.input[0]])
+                elif node.op_type in _ID_OPS:
+                    for output in node.output:
+                        if output not in seen:
+                            seen.add(output)
+                            frontier.append(output)
+        if found:
+            rows[value.name] = min(found)
+    return rows
+
+
+def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, runs=100, warmup=5, threads=None):
+    """Run an exported ONNX signature with onnxruntime and time it.
+
+    `inputs` is {input name: array or nested list}; with a `vocabulary.json`
+    next to the model, strings (or lists of strings) are tokenised
+    character-wise, and a bare string or list of strings feeds a model's only
+    input. Integer outputs named `ids` (or `..._ids`) are also detokenised.
+
+    Returns {"outputs": {name: array}, "text": {name: strings}, "latency_ms":
+    {"p50", "p90", "p99", "mean", "runs"}}.
+
+    Raises ValueError naming the input when a value does not fit it: not a
+    nested list of numbers, another rank, non-integers for integer ids, ids
+    outside the model's embedding table; RuntimeError when onnxruntime fails
+    on valid inputs.
+
+    Example:
+
+    ```python
+    result = run_onnx("exports/dates", {"source": ["March 3, 2001"]}, signature="translate")
+    print(result["text"]["ids"], result["latency_ms"]["p50"])
+    ```
+    """
+    directory = Path(directory)
+    path = directory / _onnx_file(signature)
+    if not path.is_file():
+        available = sorted(p.name for p in directory.glob("*.onnx")) if directory.is_dir() else []
+        raise FileNotFoundError(f"no ONNX file {str(path)!r} for signature {signature!r}; found {available or 'none'} in {str(directory)!r}.")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"`runs` must be a positive integer; got {runs!r}.")
+    vocabulary = load_vocabulary(directory) if (directory / VOCABULARY_FILE).is_file() else None
+    session = _session(path, threads)
+    specs = {i.name: i for i in session.get_inputs()}
+    if not isinstance(inputs, Mapping):
+        if len(specs) != 1:
+            raise ValueError(f"`inputs` must be {{input name: value}} for a model with inputs {list(specs)}; got {type(inputs).__name__}.")
+        inputs = {next(iter(specs)): inputs}
+    missing, unknown = set(specs) - set(inputs), set(inputs) - set(specs)
+    if missing or unknown:
+        raise ValueError(f"`inputs` has keys {sorted(inputs)}; the model expects exactly {list(specs)}.")
+    rows = _embedding_rows(path)
+    feeds = {}
+    for name, value in inputs.items():
+        dtype = _ONNX_TYPES.get(specs[name].type)
+        if _is_text(value):
+            if vocabulary is None:
+                raise ValueError(f"input {name!r} is text but {str(directory)!r} has no {VOCABULARY_FILE} to tokenise it.")
+            feeds[name] = encode_strings(value, vocabulary, dtype or np.int32)
+        else:
+            feeds[name] = _feed(name, value, specs[name], dtype)
+        _check_ids(name, feeds[name], rows.get(name))
+    try:
+        for _ in range(warmup):
+            session.run(None, feeds)
+        times = []
+        for _ in range(runs):
+            begin = time.perf_counter()
+            values = session.run(None, feeds)
+            times.append((time.perf_counter() - begin) * 1000.0)
+    except Exception as error:  # onnxruntime's own exception types
+        raise RuntimeError(
+            f"run_onnx: onnxruntime failed on signature {signature!r} with inputs "
+            f"{ {n: list(v.shape) for n, v in feeds.items()} }: {error}"
+        ) from error
+    outputs = dict(zip([o.name for o in session.get_outputs()], values))
+    text = {}
+    if vocabulary is not None:
+        for name, value in outputs.items():
+            if (name == "ids" or name.endswith("_ids")) and value.dtype.kind in "iu":
+                text[name] = decode_ids(value, vocabulary)
+    latency = {f"p{q}": float(np.percentile(times, q)) for q in (50, 90, 99)}
+    latency.update(mean=float(np.mean(times)), runs=runs)
+    return {"inputs": {n: list(v.shape) for n, v in feeds.items()}, "outputs": outputs, "text": text, "latency_ms": latency}
+
+
+def translate_texts(directory, texts, signature=DEFAULT_SIGNATURE, batch_size=256, threads=None):
+    """Decode `texts` with an exported sequence model through onnxruntime.
+
+    The model's only input is fed the texts tokenised with the export's
+    `vocabulary.json`, in batches of similar length; its `ids` output
+    (`(B, L)`, or `(B, K, L)` beams: the best is taken) is detokenised.
+    Returns one string per text, in order.
+
+    Example:
+
+    ```python
+    translate_texts("exports/g2p", ["phoneme", "keras"], signature="pronounce")
+    # ["F OW N IY M", "K EH R AH S"]
+    ```
+    """
+    directory = Path(directory)
+    path = directory / _onnx_file(signature)
+    if not path.is_file():
+        raise FileNotFoundError(f"no ONNX file {str(path)!r} for signature {signature!r}.")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer; got {batch_size!r}.")
+    if not (directory / VOCABULARY_FILE).is_file():
+        raise ValueError(f"{str(directory)!r} has no {VOCABULARY_FILE} to tokenise texts with.")
+    vocabulary = load_vocabulary(directory)
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    session = _session(path, threads)
+    inputs = session.get_inputs()
+    if len(inputs) != 1:
+        raise ValueError(f"signature {signature!r} has inputs {[i.name for i in inputs]}; texts can feed a model with one input.")
+    names = [o.name for o in session.get_outputs()]
+    if "ids" not in names:
+        raise ValueError(f"signature {signature!r} has no `ids` output to detokenise; outputs: {names}.")
+    dtype = _ONNX_TYPES.get(inputs[0].type, np.int32)
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    results = [None] * len(texts)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        feed = vocabulary["source"].encode([texts[i] for i in rows], dtype=dtype)
+        ids = dict(zip(names, session.run(None, {inputs[0].name: feed})))["ids"]
+        if ids.ndim == 3:
+            ids = ids[:, 0]
+        for i, text in zip(rows, vocabulary["target"].detokenize(ids)):
+            results[i] = text
+    return results
