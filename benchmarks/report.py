@@ -226,6 +226,30 @@ def markdown(results):
                      _fmt(r["speedup_vs_keras"], 2) + "x"] for r in s["mha"]]
             out += [_table(["T", "B", "keras-attention MHA ms", "Keras MHA ms", "speedup"], rows), ""]
 
+    s = sections.get("g2p")
+    if s and "error" not in s:
+        m, cfg = s["model"], s["config"]
+        out += [f"## 7. The G2P model's choices on CMUdict {_meta(s)}", "",
+                f"The example's model (BiLSTM {m['encoder_layers']} x {m['encoder_units']}, decoder {m['decoder_units']}, "
+                f"additive attention {m['attention_units']}) on length-bucketed batches of {cfg['batch']} CMUdict words.", ""]
+        labels = {"input_feeding": "input feeding (AttentionLSTMCell, attention in the loop)",
+                  "luong": "no input feeding (AttentionWrapper: one LSTM pass, one attention call)",
+                  "no_attention": "lower bound: plain LSTM decoder, no attention"}
+        ours = s["decoder_step"]["input_feeding"]["median_ms"]
+        rows = [[labels.get(k, k), v["median_ms"], v["min_ms"], v["max_ms"], _fmt(ours / v["median_ms"], 2) + "x"]
+                for k, v in s["decoder_step"].items()]
+        out += [_table(["training step", "median ms", "min", "max", "speed vs input feeding"], rows), ""]
+        f, b = s["fit_step"], s["beam_decode"]
+        out += [f"`fit` on `LengthBucketedBatches`: {f['fit']['median_ms']:.1f} ms a step against "
+                f"{f['train_on_batch']['median_ms']:.1f} ms for a `train_on_batch` loop over the same "
+                f"{cfg['fit_batches']} batches ({s['fit_vs_train_on_batch']}x). Beam-5 decoding of "
+                f"{cfg['decode_words']} words ({cfg['max_length']} steps each): {b['without_alignments']['median_ms']:.0f} ms "
+                f"without the alignment history, {b['with_alignments']['median_ms']:.0f} ms with it "
+                f"({s['alignments_cost']}x).", ""]
+        summary.append(["7. G2P step without input feeding", "reported", f"{s['decoder_speedup']}x faster", "reported"])
+        summary.append(["7. fit / train_on_batch per step", "about 1x", f"{s['fit_vs_train_on_batch']}x",
+                        _met(s["fit_vs_train_on_batch"], 1.15, higher=False)])
+
     for name, s in sections.items():
         if "error" in s:
             out += [f"## {name}: failed", "", f"`{s['error']}`", ""]

@@ -11,6 +11,8 @@ Measures (see each module's docstring for the exact setup):
               SavedModel vs Keras; beam 5 vs greedy
     scaling   greedy decode time vs source and target length (fitted exponent)
     gpu       mixed precision + XLA training step and MHA, on a GPU only
+    g2p       the G2P example's choices on CMUdict batches: decoder with and
+              without input feeding, fit vs train_on_batch, beam alignments
 
 Writes DIR/results.json and DIR/results.md (DIR: benchmarks/, or
 runs/bench-quick with --quick, which uses tiny sizes and 2 repetitions so
@@ -40,7 +42,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import common  # noqa: E402
 import report  # noqa: E402
 
-NAMES = ["decoder", "mha", "memory", "serving", "scaling", "gpu"]
+NAMES = ["decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p"]
 
 
 def parse_args(argv=None):
@@ -95,6 +97,10 @@ def run_one(name, args):
         import bench_gpu
 
         return bench_gpu.run(args.quick, log, repeats=args.repeats)
+    if name == "g2p":
+        import bench_g2p
+
+        return bench_g2p.run(args.quick, log, repeats=args.repeats)
     raise AssertionError(name)
 
 

@@ -22,7 +22,7 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
 
     results = json.loads((tmp_path / "results.json").read_text())
     sections = results["sections"]
-    assert set(sections) == {"decoder", "mha", "memory", "serving", "scaling", "gpu"}
+    assert set(sections) == {"decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p"}
     for name, section in sections.items():
         assert "error" not in section, (name, section.get("error"))
     assert results["quick"] and results["versions"]["tensorflow"]
@@ -37,8 +37,9 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     assert sections["memory"]["max_abs_diff_vs_naive"] <= 1e-5
     assert sections["serving"]["same_ids_all_paths"]
     assert all(r["speedup_vs_keras"] > 0 for r in sections["mha"]["mha"])
+    assert set(sections["g2p"]["decoder_step"]) == {"input_feeding", "luong", "no_attention"}
 
     markdown = (tmp_path / "results.md").read_text()
     assert markdown.startswith("# keras-attention benchmarks")
-    for heading in ("## Targets", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6."):
+    for heading in ("## Targets", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7."):
         assert heading in markdown

@@ -2,6 +2,8 @@
 
     letters -> Embedding -> BiLSTM x L -> memory h_1..h_S
     phones:  y_t = readout([s_t ; c_t]),  (s_t, c_t) = AttentionLSTMCell(y_{t-1}, s_{t-1}, h)
+             (or, with decoder="luong": s_t = LSTM(y_{t-1}, s_{t-1}), c_t = attend(s_t, h),
+              y_t = readout(tanh(W [c_t ; s_t])))
 
 Three models share every layer: the teacher-forced trainer, and the greedy and
 beam-search pronouncers (`InferenceDecoder`), whose decode loop runs in the
@@ -27,10 +29,32 @@ class ModelConfig:
     max_length: int = 32  # phones produced at most
     beam_width: int = 5
     length_penalty: float = 0.0
+    # "input_feeding": AttentionLSTMCell, each step's LSTM reads the context
+    # of the step before (Bahdanau). "luong": an LSTM over the phones, then
+    # one attention call over every step (no input feeding), which
+    # AttentionDecoder trains without a per-step loop of attention.
+    decoder: str = "input_feeding"
 
 
-def build_models(source_vocabulary, target_vocabulary, config):
-    """(trainer, greedy, beam) Keras models over shared layers."""
+DECODERS = ("input_feeding", "luong")
+
+
+def decoder_cell(config):
+    attention = ka.AdditiveAttention(config.attention_units)
+    if config.decoder == "input_feeding":
+        return ka.AttentionLSTMCell(config.decoder_units, attention, name="decoder_cell")
+    if config.decoder == "luong":
+        return ka.AttentionWrapper(
+            keras.layers.LSTMCell(config.decoder_units), attention,
+            attention_layer_size=config.decoder_units, input_feeding=False, name="decoder_cell",
+        )
+    raise ValueError(f"ModelConfig: `decoder` must be one of {DECODERS}; got {config.decoder!r}.")
+
+
+def build_models(source_vocabulary, target_vocabulary, config, beam_alignments=False):
+    """(trainer, greedy, beam) Keras models over shared layers. The greedy
+    model returns the alignments (for the heat-maps); the beam model, which
+    serves, only with `beam_alignments`."""
     letters = keras.Input((None,), dtype="int32", name="letters")
     previous_phones = keras.Input((None,), dtype="int32", name="previous_phones")
 
@@ -49,7 +73,7 @@ def build_models(source_vocabulary, target_vocabulary, config):
         keras.layers.Dense(config.decoder_units, name="bridge_c")(keras.layers.Concatenate()([forward_c, backward_c])),
     ]
 
-    cell = ka.AttentionLSTMCell(config.decoder_units, ka.AdditiveAttention(config.attention_units), name="decoder_cell")
+    cell = decoder_cell(config)
     phone_embedding = keras.layers.Embedding(len(target_vocabulary), config.embedding, mask_zero=True, name="phone_embedding")
     readout = keras.Sequential(
         [keras.layers.Dropout(config.dropout), keras.layers.Dense(len(target_vocabulary), dtype="float32")],
@@ -63,7 +87,7 @@ def build_models(source_vocabulary, target_vocabulary, config):
             cell, phone_embedding, readout,
             start_token=target_vocabulary.start_id, end_token=target_vocabulary.end_id,
             max_length=config.max_length, method=method, beam_width=config.beam_width,
-            length_penalty_weight=config.length_penalty, return_alignments=method == "greedy",
+            length_penalty_weight=config.length_penalty, return_alignments=method == "greedy" or beam_alignments,
             name=f"{method}_decoder",
         )(memory, initial_state=initial_state)
         return keras.Model(letters, decoded, name=f"g2p_{method}")

@@ -59,6 +59,8 @@ def parse_args(argv=None):
         flag = "--" + field.name.replace("_", "-")
         if kind is bool:
             parser.add_argument(flag, action="store_true", help=f"(default {field.default})")
+        elif field.name == "decoder":
+            parser.add_argument(flag, choices=g2p_model.DECODERS, help=f"(default {field.default})")
         else:
             parser.add_argument(flag, type=kind, help=f"(default {field.default})")
     args = parser.parse_args(argv)

@@ -34,7 +34,8 @@ class AttentionDecoder(keras.layers.Layer):
     by one attention call over all steps computes the same thing, and that
     is what this layer runs for an `AttentionWrapper(input_feeding=False)`
     (non-monotonic attention, `return_sequences=True`): one pass of the
-    wrapped cell, then one attention call, several times faster to train.
+    wrapped cell, then one attention call, with no attention left in the
+    step loop (benchmarks/results.md, section 7, times both on a G2P model).
 
     Paper: the encoder-decoder with attention of Bahdanau et al. 2014,
     arXiv:1409.0473, trained with teacher forcing.
