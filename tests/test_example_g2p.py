@@ -76,13 +76,15 @@ def test_serve_command_pronounces_a_word_list(cmudict_smoke, tmp_path):
     assert right >= 4
 
 
-def test_sigmorphon_smoke_runs_two_languages(tmp_path):
-    run("sigmorphon", "--smoke", "--languages", "hun", "kor", "--out", tmp_path)
+def test_sigmorphon_smoke_runs_two_languages_with_the_decoder_without_input_feeding(tmp_path):
+    # The decoder without input feeding (one LSTM pass, one attention call) learns too.
+    run("sigmorphon", "--smoke", "--languages", "hun", "kor", "--decoder", "luong", "--out", tmp_path)
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["languages"]) == {"hun", "kor"}
     for language, entry in results["languages"].items():
         assert entry["baseline_test_wer"] == data.SIGMORPHON_BASELINE[language]
         assert entry["test_wer"] <= 10.0, (language, entry["test_wer"])
+        assert entry["details"]["model"]["decoder"] == "luong"
 
 
 def test_sigmorphon_files_are_shipped_with_their_attribution():

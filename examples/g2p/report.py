@@ -3,7 +3,8 @@
     python examples/g2p/report.py          # rewrite the block in README.md
     python examples/g2p/report.py --check  # exit 1 if README.md is out of date
 
-Reads results/g2p_cmudict.json and results/g2p_sigmorphon2021.json (written by
+Reads results/g2p_cmudict.json, results/g2p_cmudict_luong.json (the decoder
+without input feeding, optional) and results/g2p_sigmorphon2021.json (written by
 `train.py --results ...`) and replaces what stands between the two marker
 comments in README.md, so the table can only show measured figures.
 """
@@ -26,7 +27,9 @@ def _minutes(seconds):
     return f"{seconds / 60:.0f} min"
 
 
-def cmudict_table(document):
+def cmudict_table(document, variant=None):
+    """`variant`: another run of ours on the same split (e.g. the decoder
+    without input feeding), shown as one more row with its own command."""
     ours, peer = document["ours"], document.get("phonetisaurus")
 
     def mark(value, other):  # bold where ours is the better of the two
@@ -45,6 +48,13 @@ def cmudict_table(document):
         f"| keras-attention, greedy | {ours['wer_greedy']:.2f}% | {ours['per_greedy']:.2f}% | same model | "
         f"{ours['greedy_words_per_second']:,.0f} (Keras) |",
     ]
+    if variant:
+        other = variant["ours"]
+        lines.append(
+            f"| keras-attention, decoder `{other['model']['decoder']}`, beam {other['model']['beam_width']} (Keras) | "
+            f"{other['wer']:.2f}% | {other['per']:.2f}% | {_minutes(other['train_seconds'])}, {other['epochs']} epochs | "
+            f"{other['keras_beam_words_per_second']:,.0f} (Keras) |"
+        )
     if peer:
         lines.append(
             f"| Phonetisaurus {peer['version']} (same split, same run) | {peer['wer']:.2f}% | {peer['per']:.2f}% | "
@@ -61,6 +71,13 @@ def cmudict_table(document):
         "Dev WER (greedy) against training minutes: "
         + ", ".join(f"{h['dev_wer']:.1f}% at {h['train_seconds'] / 60:.0f} min" for h in ours["history"]) + ".",
     ]
+    if variant:
+        lines += [
+            "",
+            f"Decoder `{variant['ours']['model']['decoder']}`: `{variant['command']}` "
+            f"({_minutes(variant['wall_seconds'])} wall time; {variant['date']}); dev WER against training minutes: "
+            + ", ".join(f"{h['dev_wer']:.1f}% at {h['train_seconds'] / 60:.0f} min" for h in variant["ours"]["history"]) + ".",
+        ]
     return "\n".join(lines)
 
 
@@ -94,12 +111,18 @@ def sigmorphon_table(document):
     return "\n".join(lines)
 
 
+def _load(name):
+    path = RESULTS / name
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
 def render():
     parts = []
-    for name, table in (("g2p_cmudict.json", cmudict_table), ("g2p_sigmorphon2021.json", sigmorphon_table)):
-        path = RESULTS / name
-        if path.is_file():
-            parts.append(table(json.loads(path.read_text(encoding="utf-8"))))
+    cmudict, luong, sigmorphon = (_load(n) for n in ("g2p_cmudict.json", "g2p_cmudict_luong.json", "g2p_sigmorphon2021.json"))
+    if cmudict:
+        parts.append(cmudict_table(cmudict, luong))
+    if sigmorphon:
+        parts.append(sigmorphon_table(sigmorphon))
     return "\n\n".join(parts) if parts else "No results committed yet."
 
 
