@@ -21,6 +21,7 @@ training words (`LengthBucketedBatches`, as the example trains).
   is the cost per decoding step.
 """
 
+import dataclasses
 import os
 import sys
 
@@ -92,7 +93,7 @@ def run(quick, log, repeats=None):
 
     def compiled(decoder, beam_alignments=False):
         keras.utils.set_random_seed(0)
-        config = g2p_model.ModelConfig(**{**model_config.__dict__, "decoder": decoder})
+        config = dataclasses.replace(model_config, decoder=decoder)
         trainer, _, beam = g2p_model.build_models(letters, phones, config, beam_alignments=beam_alignments)
         trainer.compile(keras.optimizers.Adam(1e-3), ka.SequenceLoss())
         return trainer, beam
@@ -103,7 +104,7 @@ def run(quick, log, repeats=None):
     log(f"  decoder step: batch {x[0].shape[0]}, {x[0].shape[1]} letters, {x[1].shape[1]} phones")
     sides = {name: (lambda m=model: m.train_on_batch(x, y, sample_weight=weights)) for name, model in trainers.items()}
     step = {name: common.summary(t) for name, t in common.alternate(sides, repeats, log=log).items()}
-    result = {"config": cfg, "model": model_config.__dict__, "decoder_step": step}
+    result = {"config": cfg, "model": dataclasses.asdict(model_config), "decoder_step": step}
     result["decoder_speedup"] = round(step["input_feeding"]["median_ms"] / step["luong"]["median_ms"], 3)
     log(f"  no input feeding: {result['decoder_speedup']:.2f}x faster a step than input feeding")
 

@@ -27,6 +27,10 @@ def _minutes(seconds):
     return f"{seconds / 60:.0f} min"
 
 
+def _curve(history):
+    return ", ".join(f"{h['dev_wer']:.1f}% at {h['train_seconds'] / 60:.0f} min" for h in history)
+
+
 def cmudict_table(document, variant=None):
     """`variant`: another run of ours on the same split (e.g. the decoder
     without input feeding), shown as one more row with its own command."""
@@ -69,14 +73,14 @@ def cmudict_table(document, variant=None):
         f"pronunciation as Keras for {ours['onnx_serving']['same_as_keras']:.2%} of the test words.",
         "",
         "Dev WER (greedy) against training minutes: "
-        + ", ".join(f"{h['dev_wer']:.1f}% at {h['train_seconds'] / 60:.0f} min" for h in ours["history"]) + ".",
+        + _curve(ours["history"]) + ".",
     ]
     if variant:
         lines += [
             "",
             f"Decoder `{variant['ours']['model']['decoder']}`: `{variant['command']}` "
             f"({_minutes(variant['wall_seconds'])} wall time; {variant['date']}); dev WER against training minutes: "
-            + ", ".join(f"{h['dev_wer']:.1f}% at {h['train_seconds'] / 60:.0f} min" for h in variant["ours"]["history"]) + ".",
+            + _curve(variant["ours"]["history"]) + ".",
         ]
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ from keras import ops
 from keras_attention.cells.base import AttentionCell
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
+from keras_attention.ops import _max_along
 
 __all__ = ["AttentionWrapper"]
 
@@ -54,11 +55,9 @@ def _last_valid_step(sequence, initial, mask):
     if mask is None:
         index = ops.full((batch,), steps, dtype="int32")
     else:
-        # The last True position + 1, so that 0 picks `initial`.
-        # A leading False column keeps the reduction non-empty when T = 0.
-        mask = ops.concatenate([ops.zeros((batch, 1), "bool"), ops.cast(mask, "bool")], axis=1)
-        positions = ops.arange(0, steps + 1, dtype="int32")
-        index = ops.max(ops.where(mask, positions, ops.zeros_like(positions)), axis=1)
+        # Positions count from 1, so 0 (no True, or T = 0) picks `initial`.
+        positions = ops.arange(1, steps + 1, dtype="int32")
+        index = _max_along(ops.where(ops.cast(mask, "bool"), positions, 0), axis=1, floor=0)
     index = ops.broadcast_to(ops.reshape(ops.cast(index, "int32"), (-1, 1, 1)), (batch, 1, ops.shape(sequence)[2]))
     return ops.squeeze(ops.take_along_axis(padded, index, axis=1), 1)
 
@@ -207,12 +206,16 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         kwargs = {"training": training} if self._cell_takes_training else {}
         cell_output, new_cell_states = self.cell(inputs, structured, **kwargs)
         context, alignment = attend(cell_output)
-        if self.attention_kernel is None:
-            attention = context
-        else:
-            attention = ops.tanh(ops.matmul(ops.concatenate([context, cell_output], axis=-1), self.attention_kernel))
+        attention = self._attention_vector(context, cell_output)
         output = attention if self.output_attention else cell_output
         return output, keras.tree.flatten(new_cell_states) + [attention], alignment
+
+    def _attention_vector(self, context, cell_output):
+        """`a = tanh(W_c [c ; h])`, or the context without `attention_layer_size`
+        (one step `(B, .)` or every step `(B, Tt, .)`)."""
+        if self.attention_kernel is None:
+            return context
+        return ops.tanh(ops.matmul(ops.concatenate([context, cell_output], axis=-1), self.attention_kernel))
 
     # ------------------------------------------------- a whole sequence at once
 
@@ -247,10 +250,7 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         context, alignments = self.attention.attend(
             self.attention.project_query(cell_outputs), memory.keys, memory.values, attention_mask, training=training
         )
-        if self.attention_kernel is None:
-            attention = context
-        else:
-            attention = ops.tanh(ops.matmul(ops.concatenate([context, cell_outputs], axis=-1), self.attention_kernel))
+        attention = self._attention_vector(context, cell_outputs)
         outputs = attention if self.output_attention else cell_outputs
         final_attention = _last_valid_step(attention, initial_attention, mask)
         return outputs, keras.tree.flatten(final_cell_states) + [final_attention], alignments
