@@ -9,13 +9,13 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 PYTEST_ARGS ?=
 
-.PHONY: demo test tour bench g2p venv clean
+.PHONY: demo test lint tour bench g2p venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# One stamp per set of extras: re-install when setup.py or the pins change.
-$(VENV)/.installed-%: setup.py constraints.txt | $(BIN)/python
+# One stamp per set of extras: re-install when pyproject.toml or the pins change.
+$(VENV)/.installed-%: pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP) install --disable-pip-version-check -q -c constraints.txt -e ".[$*]"
 	touch $@
 
@@ -23,6 +23,12 @@ venv: $(VENV)/.installed-dev
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The style CI enforces (settings in pyproject.toml): `ruff format .` fixes
+# the formatting, `ruff check --fix .` what can be fixed mechanically.
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The main job: train the date translator, evaluate it (greedy and beam),
 # plot its attention, export it to SavedModel and ONNX with a parity report,

@@ -172,8 +172,9 @@ def machine():
 def versions():
     import importlib.metadata
 
-    out = {}
-    for package in ("keras-attention", "keras", "tensorflow", "numpy", "onnxruntime", "tf2onnx", "onnx"):
+    # The library under its project name; its distribution is keras-attention-decoders.
+    out = {"keras-attention": importlib.metadata.version("keras-attention-decoders")}
+    for package in ("keras", "tensorflow", "numpy", "onnxruntime", "tf2onnx", "onnx"):
         try:
             out[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:

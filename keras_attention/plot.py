@@ -14,7 +14,7 @@ def _figure_class():
     except ImportError as error:
         raise ImportError(
             "plot_attention needs matplotlib, which is not installed. Install it "
-            "with `pip install 'keras-attention[plot]'` (or `pip install matplotlib`)."
+            "with `pip install 'keras-attention-decoders[plot]'` (or `pip install matplotlib`)."
         ) from error
     return Figure
 

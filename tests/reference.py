@@ -1,7 +1,7 @@
 """NumPy references for the attention formulas, written independently of the library.
 
 Each score function takes the layer's own weights (read as NumPy arrays) and
-the raw query / key, and follows the formula in MECHANISMS.md literally
+the raw query / key, and follows the formula in the layer's docstring literally
 (explicit concatenations, explicit loops where clearer), not the library's
 factored implementation.
 """

@@ -58,5 +58,5 @@ def test_bad_input(weights, source, target, message, tmp_path):
 def test_missing_matplotlib_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ImportError, match=r"pip install 'keras-attention\[plot\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'keras-attention-decoders\[plot\]'"):
         plot_attention(np.ones((1, 1)))
