@@ -13,7 +13,7 @@ from keras import ops
 from keras_attention._precision import softmax_dtype
 from keras_attention.layers import _checks
 
-__all__ = ["masked_softmax", "sequence_mask"]
+__all__ = ["masked_softmax", "safe_cumprod", "sequence_mask"]
 
 
 def masked_softmax(scores, mask=None, axis=-1):
@@ -152,3 +152,53 @@ def sequence_mask(lengths, maxlen=None):
         maxlen = ops.max(lengths)
     positions = ops.arange(maxlen, dtype="int32")
     return ops.less(ops.expand_dims(positions, 0), ops.expand_dims(lengths, 1))
+
+
+def safe_cumprod(x, axis=0, exclusive=False, reverse=False):
+    """Cumulative product of numbers in [0, 1] whose gradient stays finite at 0.
+
+        safe_cumprod(x) = exp(cumsum(log(clip(x, tiny, 1))))
+
+    with `tiny` the smallest normal number of `x`'s dtype, as
+    `tfa.seq2seq.safe_cumprod` computed it (its arguments went on to
+    `tf.cumsum`, hence the same `axis=0` default, `exclusive` and `reverse`).
+    A product through logs also exports: ONNX has a CumSum but no CumProd.
+    Monotonic attention (Raffel et al. 2017, arXiv:1704.00784) divides by
+    such a product of `1 - p`.
+
+    Args:
+        x: a float tensor, values in [0, 1] (others are clipped into it).
+        axis: the axis of the product (default 0, as `tf.cumsum`).
+        exclusive: entry `j` is the product of the entries before `j` (the
+            first is 1).
+        reverse: the product runs from the end of `axis`.
+
+    Returns:
+        A tensor of `x`'s shape and dtype.
+
+    Example:
+
+    ```python
+    p = np.array([[0.9, 0.5, 0.0, 0.3]], "float32")
+    keras_attention.ops.safe_cumprod(1.0 - p, axis=-1, exclusive=True)
+    # [[1.0, 0.1, 0.05, 0.05]]
+    ```
+    """
+    x = ops.convert_to_tensor(x)
+    if not keras.backend.is_float_dtype(x.dtype):
+        raise ValueError(f"safe_cumprod: `x` must be a float tensor; got dtype {keras.backend.standardize_dtype(x.dtype)}.")
+    rank = len(x.shape)
+    if not (_checks.is_int(axis) and -rank <= axis < rank):
+        raise ValueError(f"safe_cumprod: `axis` must be an integer in [{-rank}, {rank}) (an axis of `x`); got {axis!r}.")
+    axis = int(axis)
+    tiny = float(np.finfo(keras.backend.standardize_dtype(x.dtype)).tiny)
+    # The product is taken along the last axis, from its start.
+    logs = ops.moveaxis(ops.log(ops.clip(x, tiny, 1.0)), axis, -1)
+    if reverse:
+        logs = ops.flip(logs, axis=-1)
+    sums = ops.cumsum(logs, axis=-1)
+    if exclusive:
+        sums = ops.concatenate([ops.zeros_like(sums[..., :1]), sums[..., :-1]], axis=-1)
+    if reverse:
+        sums = ops.flip(sums, axis=-1)
+    return ops.moveaxis(ops.exp(sums), -1, axis)

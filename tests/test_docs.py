@@ -37,6 +37,7 @@ def test_docstring_has_formula_paper_shapes_and_a_running_example(cls):
     [
         keras_attention.masked_softmax,
         keras_attention.sequence_mask,
+        keras_attention.ops.safe_cumprod,
         keras_attention.plot_attention,
         keras_attention.text.Vocabulary,
         keras_attention.batching.LengthBucketedBatches,

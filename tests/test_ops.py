@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from keras_attention.ops import masked_softmax, sequence_mask
+from keras_attention.ops import masked_softmax, safe_cumprod, sequence_mask
 from tests import reference
 
 
@@ -114,3 +114,59 @@ def test_masked_softmax_of_integer_scores_is_computed_and_returned_in_float32(dt
     plain = masked_softmax(scores)
     assert plain.dtype == "float32"
     np.testing.assert_allclose(plain, np.exp(logits) / np.exp(logits).sum(-1, keepdims=True), rtol=1e-6)
+
+
+def _tfa_safe_cumprod(x, axis=0, exclusive=False, reverse=False):
+    """tfa.seq2seq.safe_cumprod in NumPy, the product spelled out with a loop."""
+    x = np.moveaxis(np.clip(x, np.finfo(x.dtype).tiny, 1.0), axis, -1)
+    if reverse:
+        x = x[..., ::-1]
+    out = np.empty_like(x)
+    running = np.ones(x.shape[:-1], x.dtype)
+    for j in range(x.shape[-1]):
+        if exclusive:
+            out[..., j] = running
+        running = running * x[..., j]
+        if not exclusive:
+            out[..., j] = running
+    if reverse:
+        out = out[..., ::-1]
+    return np.moveaxis(out, -1, axis)
+
+
+def test_safe_cumprod_hand_case():
+    p = np.array([[0.9, 0.5, 0.0, 0.3]], "float32")
+    np.testing.assert_allclose(safe_cumprod(1.0 - p, axis=-1, exclusive=True), [[1.0, 0.1, 0.05, 0.05]], rtol=1e-6)
+    np.testing.assert_allclose(safe_cumprod(1.0 - p, axis=-1), [[0.1, 0.05, 0.05, 0.035]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_safe_cumprod_matches_tfa_definition(axis, exclusive, reverse, dtype):
+    x = np.random.default_rng(0).uniform(0.0, 1.0, (3, 5, 4)).astype(dtype)
+    x[0, 1, 2] = 0.0  # a zero: the product below it is the dtype's tiny number, not 0
+    got = np.asarray(safe_cumprod(x, axis=axis, exclusive=exclusive, reverse=reverse))
+    assert got.dtype == dtype
+    # Past the zero the products are subnormal, where only an absolute bound means anything.
+    tolerance = dict(rtol=1e-5 if dtype == "float32" else 1e-12, atol=np.finfo(dtype).tiny)
+    np.testing.assert_allclose(got, _tfa_safe_cumprod(x, axis, exclusive, reverse), **tolerance)
+
+
+def test_safe_cumprod_gradient_is_finite_at_zero():
+    x = tf.constant([[1.0, 0.0, 0.5]])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_sum(safe_cumprod(x, axis=-1))
+    gradient = tape.gradient(y, x).numpy()
+    assert np.all(np.isfinite(gradient))
+    # d/dx0 of x0 + x0 x1 + x0 x1 x2 at x1 = 0 is 1 (the product is clipped at tiny, not 0).
+    np.testing.assert_allclose(gradient[0, 0], 1.0, rtol=1e-6)
+
+
+def test_safe_cumprod_errors():
+    with pytest.raises(ValueError, match=r"safe_cumprod: `axis` must be an integer in \[-2, 2\).*got 2"):
+        safe_cumprod(np.ones((2, 3), "float32"), axis=2)
+    with pytest.raises(ValueError, match=r"safe_cumprod: `x` must be a float tensor; got dtype int32"):
+        safe_cumprod(np.ones((2, 3), "int32"))
