@@ -1,8 +1,8 @@
 """The base class shared by every score-based attention layer.
 
-A subclass supplies only the score function `e = score(q, k)`; this class owns
-shapes, masks, the masked softmax, dropout on the weights, the weighted sum of
-the values, output shapes and mask propagation.
+A subclass supplies only the score function `e = score(q, k)`; this class
+(on top of `AttentionLayer`, the thin base of every attention layer) owns
+shapes, masks, the masked softmax and the weighted sum of the values.
 
 The score is split into three hooks so that a decoder can project the memory
 keys once per sequence and only the query once per step:
@@ -12,10 +12,10 @@ keys once per sequence and only the query once per step:
     scores          = layer.score(projected_query, projected_key)
 """
 
-import keras
 from keras import ops
 
 from keras_attention.layers import _checks
+from keras_attention.layers.attention_layer import AttentionLayer
 from keras_attention.ops import masked_softmax
 
 __all__ = ["BaseAttention", "combine_masks", "prepare_call"]
@@ -72,7 +72,7 @@ def combine_masks(query, key, query_mask, value_mask, attention_mask, causal):
     return mask
 
 
-class BaseAttention(keras.layers.Layer):
+class BaseAttention(AttentionLayer):
     """Base class for attention layers: `c = sum_i softmax(e)_i v_i`.
 
     Subclasses implement `score` (and, when they have weights, `build_score`,
@@ -110,15 +110,6 @@ class BaseAttention(keras.layers.Layer):
         **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
     """
 
-    def __init__(self, dropout=0.0, seed=None, **kwargs):
-        super().__init__(**kwargs)
-        self.dropout = _checks.check_fraction(self, "dropout", dropout)
-        self.seed = seed
-        self.supports_masking = True
-        self.seed_generator = (
-            keras.random.SeedGenerator(seed) if self.dropout > 0 else None
-        )
-
     # ----------------------------------------------------------------- hooks
 
     def build_score(self, query_dim, key_dim):
@@ -143,29 +134,19 @@ class BaseAttention(keras.layers.Layer):
 
     def attention_weights(self, scores, mask, training=None):
         """Turn scores `(B, Tq, Tv)` into weights; masked entries get zero."""
-        weights = masked_softmax(scores, mask)
-        if training and self.dropout > 0:
-            weights = keras.random.dropout(
-                weights, self.dropout, seed=self.seed_generator
-            )
-        return weights
+        return self.drop_weights(masked_softmax(scores, mask), training)
 
     # ------------------------------------------------------------------ core
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
         _checks.check_input_shapes(self, query_shape, value_shape, key_shape)
-        query_dim, key_dim = query_shape[-1], key_shape[-1]
-        for argument, dim in (("query", query_dim), ("key", key_dim)):
-            if dim is None:
-                raise ValueError(
-                    f"{type(self).__name__}: the last dimension of `{argument}` "
-                    "must be known when the layer is built; got None."
-                )
-        self.build_score(int(query_dim), int(key_dim))
+        query_dim = _checks.check_known_last_dim(self, "query", query_shape)
+        key_dim = _checks.check_known_last_dim(self, "key", key_shape)
+        self.build_score(query_dim, key_dim)
         # What the weights were created for: a decoder cell given this layer
         # afterwards reuses them only for the same sizes.
-        self.score_sizes = (int(query_dim), int(key_dim))
+        self.score_sizes = (query_dim, key_dim)
         self.built = True
 
     def attend(self, projected_query, projected_key, value, mask=None, training=None):
@@ -203,47 +184,3 @@ class BaseAttention(keras.layers.Layer):
         if return_attention_scores:
             return context, weights
         return context
-
-    # ---------------------------------------------------- shapes, masks, config
-
-    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
-        return (*query_shape[:-1], value_shape[-1])
-
-    def compute_output_spec(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        attention_mask=None,
-        causal=False,
-        return_attention_scores=False,
-        training=None,
-    ):
-        key = value if key is None else key
-        _checks.check_input_shapes(self, query.shape, value.shape, key.shape)
-        context = keras.KerasTensor(
-            self.compute_output_shape(query.shape, value.shape, key.shape),
-            dtype=self.compute_dtype,
-        )
-        if not return_attention_scores:
-            return context
-        weights_shape = self.weights_shape(query.shape, value.shape)
-        return context, keras.KerasTensor(weights_shape, dtype=self.compute_dtype)
-
-    def weights_shape(self, query_shape, value_shape):
-        """Shape of the attention weights: `(B, Tq, Tv)`, or `(B, Tv)` for one query."""
-        return (*query_shape[:-1], value_shape[1])
-
-    def compute_mask(self, query, previous_mask=None):
-        # The context has one row per query, so it inherits the query's mask;
-        # a single query per example has no time axis to mask.
-        if previous_mask is None or len(query.shape) != 3:
-            return None
-        return previous_mask
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"dropout": self.dropout, "seed": self.seed})
-        return config

@@ -125,6 +125,10 @@ def monotonic_alignment(p_choose, previous_alignment, mode):
 class _Monotonic:
     """What both monotonic variants add to their score layer."""
 
+    # The alignment is a probability of stopping, not a softmax to drop from.
+    # `seed` seeds the pre-sigmoid noise.
+    base_arguments = ("seed",)
+
     is_monotonic = True
 
     def _init_monotonic(self, sigmoid_noise, score_bias_init, mode, seed):
@@ -182,7 +186,6 @@ class _Monotonic:
         return ops.matmul(alignment, value), alignment
 
     def _monotonic_config(self, config):
-        del config["dropout"]
         config.update(
             {"sigmoid_noise": self.sigmoid_noise, "score_bias_init": self.score_bias_init, "mode": self.mode}
         )
@@ -307,7 +310,6 @@ class BahdanauMonotonicAttention(_Monotonic, AdditiveAttention):
             bias_initializer=bias_initializer,
             kernel_regularizer=kernel_regularizer,
             bias_regularizer=bias_regularizer,
-            dropout=0.0,
             seed=seed,
             **kwargs,
         )
@@ -386,7 +388,7 @@ class LuongMonotonicAttention(_Monotonic, GeneralAttention):
         **kwargs,
     ):
         super().__init__(
-            kernel_initializer=kernel_initializer, kernel_regularizer=kernel_regularizer, dropout=0.0, seed=seed, **kwargs
+            kernel_initializer=kernel_initializer, kernel_regularizer=kernel_regularizer, seed=seed, **kwargs
         )
         self.use_scale = bool(scale)
         self._init_monotonic(sigmoid_noise, score_bias_init, mode, seed)
