@@ -63,25 +63,13 @@ def check_memory(owner, memory, mask):
 
 def attention_cell(layer, cell):
     """`cell` (or its config) as an attention cell of this library, for `layer`."""
-    if isinstance(cell, dict):
-        cell = keras.saving.deserialize_keras_object(cell)
-    if not isinstance(cell, AttentionCell):
-        raise ValueError(
-            f"{type(layer).__name__}: `cell` must be an attention cell of this library "
-            f"(AttentionGRUCell, AttentionLSTMCell or AttentionWrapper); got {cell!r}."
-        )
-    return cell
-
-
-def _attention_layer(cell, attention):
-    if isinstance(attention, dict):
-        attention = keras.saving.deserialize_keras_object(attention)
-    if not isinstance(attention, BaseAttention):
-        raise ValueError(
-            f"{type(cell).__name__}: `attention` must be a score layer of this library "
-            f"(e.g. AdditiveAttention(units=64) or GeneralAttention()); got {attention!r}."
-        )
-    return attention
+    return _checks.resolve_layer(
+        layer,
+        "cell",
+        cell,
+        lambda cell: isinstance(cell, AttentionCell),
+        "an attention cell of this library (AttentionGRUCell, AttentionLSTMCell or AttentionWrapper)",
+    )
 
 
 class AttentionCell(keras.layers.Layer):
@@ -101,7 +89,13 @@ class AttentionCell(keras.layers.Layer):
 
     def __init__(self, attention, **kwargs):
         super().__init__(**kwargs)
-        attention = _attention_layer(self, attention)
+        attention = _checks.resolve_layer(
+            self,
+            "attention",
+            attention,
+            lambda attention: isinstance(attention, BaseAttention),
+            "a score layer of this library (e.g. AdditiveAttention(units=64) or GeneralAttention())",
+        )
         _checks.claim_sublayer(self, "attention", attention)
         self.attention = attention
         if not self.attention.built:
@@ -117,15 +111,10 @@ class AttentionCell(keras.layers.Layer):
                 "through AttentionDecoder, or call `cell.build(input_shape, memory_shape)` "
                 "before running it."
             )
-        input_dim, memory_dim = input_shape[-1], memory_shape[-1]
-        for argument, dim in (("inputs", input_dim), ("memory", memory_dim)):
-            if dim is None:
-                raise ValueError(
-                    f"{type(self).__name__}: the last dimension of `{argument}` must be "
-                    "known when the cell is built; got None."
-                )
-        self.memory_dim = int(memory_dim)
-        self.build_cell(int(input_dim), self.memory_dim)
+        when = "when the cell is built"
+        input_dim = _checks.check_known_last_dim(self, "inputs", input_shape, when)
+        self.memory_dim = _checks.check_known_last_dim(self, "memory", memory_shape, when)
+        self.build_cell(input_dim, self.memory_dim)
         self.built = True
 
     def build_attention(self, query_dim):

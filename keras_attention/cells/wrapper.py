@@ -132,13 +132,13 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         **kwargs,
     ):
         # Checked before the attention is claimed for this cell.
-        if isinstance(cell, dict):
-            cell = keras.saving.deserialize_keras_object(cell)
-        if not isinstance(cell, keras.layers.Layer) or not hasattr(cell, "state_size"):
-            raise ValueError(
-                "AttentionWrapper: `cell` must be a Keras RNN cell (a Layer with a "
-                f"`state_size`, such as keras.layers.GRUCell(32)); got {cell!r}."
-            )
+        cell = _checks.resolve_layer(
+            self,
+            "cell",
+            cell,
+            lambda cell: isinstance(cell, keras.layers.Layer) and hasattr(cell, "state_size"),
+            "a Keras RNN cell (a Layer with a `state_size`, such as keras.layers.GRUCell(32))",
+        )
         attention_layer_size = _checks.check_positive_int(
             self, "attention_layer_size", attention_layer_size, allow_none=True
         )
