@@ -82,7 +82,7 @@ def test_a_config_written_before_the_base_loads_unchanged():
     ],
 )
 def test_layers_without_dropout_or_seed_refuse_them(make, argument):
-    with pytest.raises(ValueError, match=rf": takes no `{argument}`; got {argument}="):
+    with pytest.raises(ValueError, match=rf": takes no `{argument}` \(leave it out\); got {argument}="):
         make()
 
 

@@ -46,7 +46,7 @@ class AttentionLayer(keras.layers.Layer):
         for argument, value, unset in (("dropout", dropout, 0.0), ("seed", seed, None)):
             if argument not in self.base_arguments and value != unset:
                 raise ValueError(
-                    f"{type(self).__name__}: takes no `{argument}`; got {argument}={value!r}."
+                    f"{type(self).__name__}: takes no `{argument}` (leave it out); got {argument}={value!r}."
                 )
         self.dropout = _checks.check_fraction(self, "dropout", dropout)
         self.seed = seed
