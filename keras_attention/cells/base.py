@@ -81,10 +81,12 @@ class AttentionCell(keras.layers.Layer):
     `(output, new_states, alignment)`, where `attend(query)` gives the
     context and alignment for a `(B, dq)` query.
 
-    A monotonic attention (one with `is_monotonic = True`) needs the previous
-    step's alignment: the cell then carries it as one more state after the
-    recurrent ones (size None in `state_size`: it is the memory length), starting
-    from `attention.initial_alignment(memory)`.
+    A stateful attention (one with an `attention_state_size`, such as
+    monotonic attention's previous alignment) keeps state of its own: the cell
+    carries it after the recurrent states (a size None in `state_size` is the
+    memory length), starting from `attention.initial_attention_state`, and
+    passes it through `attention.attend_step` at each step. `cell_step` calls
+    `attend` once per step.
     """
 
     def __init__(self, attention, **kwargs):
@@ -167,24 +169,12 @@ class AttentionCell(keras.layers.Layer):
             else:
                 table[key] = previous
 
-    @property
-    def is_monotonic(self):
-        return bool(getattr(self.attention, "is_monotonic", False))
-
-    def attend(self, query, memory, previous_alignment=None, training=None):
-        """Context `(B, dv)` and alignment `(B, Ts)` for queries `(B, dq)`."""
-        # Projecting the rank-2 query keeps the step's matmuls 2-D (a rank-3
-        # one lowers to a tensordot that XLA cannot compile in the loop's
-        # gradient).
-        projected = ops.expand_dims(self.attention.project_query(query), 1)
-        mask = None if memory.mask is None else ops.expand_dims(memory.mask, 1)
-        kwargs = {}
-        if self.is_monotonic:
-            kwargs["previous_alignment"] = ops.expand_dims(previous_alignment, 1)
-        context, weights = self.attention.attend(
-            projected, memory.keys, memory.values, mask, training=training, **kwargs
+    def attend(self, query, memory, attention_state=(), training=None):
+        """Context `(B, dv)`, alignment `(B, Ts)` and the attention's new state
+        for queries `(B, dq)`, from the attention's state at this step."""
+        return self.attention.attend_step(
+            query, memory.keys, memory.values, memory.mask, attention_state, training=training
         )
-        return ops.squeeze(context, 1), ops.squeeze(weights, 1)
 
     def step(self, inputs, states, memory, training=None):
         """One decoder step: `(output, new_states, alignment)`.
@@ -193,37 +183,39 @@ class AttentionCell(keras.layers.Layer):
         `prepare_memory`. This is the stateless form for custom loops.
         """
         states = list(states)
-        previous_alignment = states.pop() if self.is_monotonic else None
+        recurrent_count = len(self.recurrent_state_size)
+        attention_state, new_attention_state = states[recurrent_count:], []
 
         def attend(query):
-            return self.attend(query, memory, previous_alignment, training=training)
+            context, alignment, state = self.attend(query, memory, attention_state, training=training)
+            new_attention_state.extend(state)
+            return context, alignment
 
-        output, new_states, alignment = self.cell_step(inputs, states, attend, training)
-        if self.is_monotonic:
-            new_states = list(new_states) + [ops.cast(alignment, self.compute_dtype)]
+        output, new_states, alignment = self.cell_step(inputs, states[:recurrent_count], attend, training)
+        new_states = list(new_states) + [ops.cast(state, self.compute_dtype) for state in new_attention_state]
         return output, new_states, alignment
 
     # ------------------------------------------------------------------- call
 
     @property
     def state_size(self):
-        return self.recurrent_state_size + ([None] if self.is_monotonic else [])
+        return self.recurrent_state_size + list(self.attention.attention_state_size)
 
     def get_initial_state(self, batch_size=None, memory=None):
-        """Zero recurrent states (and, for monotonic attention, the initial
-        alignment of `memory`, one-hot at position 0)."""
+        """Zero recurrent states, then a stateful attention's initial state
+        for `memory` (monotonic attention: the alignment one-hot at position 0)."""
         states = [ops.zeros((batch_size, size), dtype=self.compute_dtype) for size in self.recurrent_state_size]
-        if self.is_monotonic:
-            if memory is None:
-                raise ValueError(
-                    f"{type(self).__name__}: with monotonic attention the initial state "
-                    "includes the initial alignment; pass `memory=cell.prepare_memory(...)`."
-                )
-            states.append(self._initial_alignment(memory))
-        return states
+        return states + self._initial_attention_state(memory)
 
-    def _initial_alignment(self, memory):
-        return ops.cast(self.attention.initial_alignment(memory.values), self.compute_dtype)
+    def _initial_attention_state(self, memory):
+        if memory is None and self.attention.attention_state_size:
+            raise ValueError(
+                f"{type(self).__name__}: with a stateful attention ({type(self.attention).__name__}) "
+                "the initial state includes the attention's own state, which depends on the "
+                "memory; pass `memory=cell.prepare_memory(...)`."
+            )
+        values = None if memory is None else memory.values
+        return [ops.cast(state, self.compute_dtype) for state in self.attention.initial_attention_state(values)]
 
     @property
     def optional_state_count(self):
@@ -252,9 +244,7 @@ class AttentionCell(keras.layers.Layer):
             batch = ops.shape(recurrent_states[0])[0]
             for size in sizes[len(recurrent_states) :]:
                 recurrent_states.append(ops.zeros((batch, size), dtype=self.compute_dtype))
-        if self.is_monotonic:
-            recurrent_states.append(self._initial_alignment(memory))
-        return recurrent_states
+        return recurrent_states + self._initial_attention_state(memory)
 
     def initial_state_for(self, memory, batch_size, initial_state=None):
         """The states a decoding starts from: zeros when `initial_state` is

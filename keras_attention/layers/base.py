@@ -2,7 +2,9 @@
 
 A subclass supplies only the score function `e = score(q, k)`; this class
 (on top of `AttentionLayer`, the thin base of every attention layer) owns
-shapes, masks, the masked softmax and the weighted sum of the values.
+shapes, masks, the masked softmax, the weighted sum of the values and the
+decoder-step protocol (`attend_step`), through which a stateful mechanism
+carries its own state from step to step.
 
 The score is split into three hooks so that a decoder can project the memory
 keys once per sequence and only the query once per step:
@@ -184,3 +186,42 @@ class BaseAttention(AttentionLayer):
         if return_attention_scores:
             return context, weights
         return context
+
+    # -------------------------------------------------------- decoder steps
+    # A decoder cell runs the attention one step at a time. A mechanism whose
+    # step depends on the steps before (monotonic attention's previous
+    # alignment, say) owns that state: it declares its sizes, gives its value
+    # at the first step, and takes and returns it at each step. The cell
+    # carries it after its own states without knowing what it holds. A
+    # stateless mechanism has none.
+
+    @property
+    def attention_state_size(self):
+        """Sizes of the attention's own recurrent states, each a `(B, size)`
+        tensor; None stands for the memory length. Empty when stateless."""
+        return []
+
+    def initial_attention_state(self, values):
+        """The attention's states at the first step, for the memory `values (B, Ts, dv)`."""
+        return []
+
+    def attend_step(self, query, projected_key, value, mask=None, attention_state=(), training=None):
+        """One decoder step: `(context (B, dv), weights (B, Ts), new attention state)`.
+
+        `query (B, dq)` is the step's query, `projected_key` the memory's
+        keys through `project_key` (once per sequence), `value (B, Ts, dv)`,
+        `mask (B, Ts)` boolean or None, and `attention_state` the list of
+        `attention_state_size` states the previous step returned.
+        """
+        context, weights = self._attend_one_query(query, projected_key, value, mask, training)
+        return context, weights, []
+
+    def _attend_one_query(self, query, projected_key, value, mask, training, **kwargs):
+        """`attend` for one query `(B, dq)` per example: `(context (B, dv), weights (B, Ts))`."""
+        # Projecting the rank-2 query keeps the step's matmuls 2-D (a rank-3
+        # one lowers to a tensordot that XLA cannot compile in the loop's
+        # gradient).
+        projected_query = ops.expand_dims(self.project_query(query), 1)
+        mask = None if mask is None else ops.expand_dims(mask, 1)
+        context, weights = self.attend(projected_query, projected_key, value, mask, training=training, **kwargs)
+        return ops.squeeze(context, 1), ops.squeeze(weights, 1)

@@ -129,8 +129,6 @@ class _Monotonic:
     # `seed` seeds the pre-sigmoid noise.
     base_arguments = ("seed",)
 
-    is_monotonic = True
-
     def _init_monotonic(self, sigmoid_noise, score_bias_init, mode, seed):
         _checks.check_choice(self, "mode", mode, _MODES)
         self.sigmoid_noise = _checks.check_number(self, "sigmoid_noise", sigmoid_noise, minimum=0)
@@ -149,6 +147,23 @@ class _Monotonic:
         first = ops.equal(ops.arange(ops.shape(values)[1]), 0)
         zeros = ops.zeros_like(values[..., 0])
         return ops.where(first, ops.ones_like(zeros), zeros)
+
+    # The decoder-step protocol: the state is the previous step's alignment,
+    # one entry per memory position.
+
+    @property
+    def attention_state_size(self):
+        return [None]
+
+    def initial_attention_state(self, values):
+        return [self.initial_alignment(values)]
+
+    def attend_step(self, query, projected_key, value, mask=None, attention_state=(), training=None):
+        (previous_alignment,) = attention_state
+        context, alignment = self._attend_one_query(
+            query, projected_key, value, mask, training, previous_alignment=ops.expand_dims(previous_alignment, 1)
+        )
+        return context, alignment, [alignment]
 
     def attend(self, projected_query, projected_key, value, mask=None, training=None, previous_alignment=None):
         """One monotonic step: `(context (B, Tq, dv), alignment (B, Tq, Ts))`.
@@ -225,8 +240,9 @@ _SHARED_DOC = """
     stays deterministic (tfa added it whenever `sigmoid_noise > 0`).
 
     In a decoder cell (`AttentionGRUCell`, `AttentionLSTMCell`,
-    `AttentionWrapper`) the previous alignment is carried as a state, starting
-    from `initial_alignment(memory)`. Called on its own, the layer does one
+    `AttentionWrapper`) the previous alignment is the attention's own state
+    (`attention_state_size`, `attend_step`), carried after the cell's states
+    and starting from `initial_alignment(memory)`. Called on its own, the layer does one
     step from the initial alignment for each query; a custom loop calls
     `attend(projected_query, projected_key, value, mask, previous_alignment=...)`.
     The probability maths runs in float32 (float64 for float64 layers).
