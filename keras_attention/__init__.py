@@ -15,6 +15,7 @@ from keras_attention.cells import (
 )
 from keras_attention.layers import (
     AdditiveAttention,
+    AttentionLayer,
     AttentionPooling,
     BahdanauMonotonicAttention,
     BaseAttention,
@@ -40,6 +41,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AdditiveAttention",
     "AttentionDecoder",
+    "AttentionLayer",
     "AttentionGRUCell",
     "AttentionLSTMCell",
     "AttentionWrapper",

@@ -15,6 +15,7 @@ import math
 import keras
 import numpy as np
 
+from keras_attention.layers import _checks
 from keras_attention.text import pad_sequences
 
 __all__ = ["LengthBucketedBatches"]
@@ -95,9 +96,8 @@ class LengthBucketedBatches(keras.utils.PyDataset):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for argument, value in (("batch_size", batch_size), ("length_multiple", length_multiple)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"LengthBucketedBatches: `{argument}` must be a positive integer; got {value!r}.")
+        batch_size = _checks.check_positive_int(self, "batch_size", batch_size)
+        length_multiple = _checks.check_positive_int(self, "length_multiple", length_multiple)
         # Several inputs come as a dict or a tuple; anything else is one input.
         if isinstance(inputs, dict):
             self._structure, names = "dict", list(inputs)

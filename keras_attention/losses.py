@@ -3,12 +3,13 @@
 import keras
 from keras import ops
 
+from keras_attention.layers import _checks
+
 __all__ = ["SequenceLoss", "sequence_loss"]
 
 
 def _check_options(average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch, label_smoothing=0.0):
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing < 1.0:
-        raise ValueError(f"sequence_loss: `label_smoothing` must be a number in [0, 1); got {label_smoothing!r}.")
+    _checks.check_fraction("sequence_loss", "label_smoothing", label_smoothing)
     if average_across_timesteps and sum_over_timesteps:
         raise ValueError(
             "sequence_loss: `average_across_timesteps` and `sum_over_timesteps` "

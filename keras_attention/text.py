@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_attention.layers import _checks
+
 __all__ = ["Vocabulary", "n_best"]
 
 _SPECIALS = ("pad_token", "unknown_token", "start_token", "end_token")
@@ -121,8 +123,7 @@ class Vocabulary:
         """The vocabulary of `texts`: special tokens first, then every token
         seen at least `min_count` times, sorted (so the ids do not depend on
         the order of the texts)."""
-        if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
-            raise ValueError(f"Vocabulary.build: `min_count` must be a positive integer; got {min_count!r}.")
+        min_count = _checks.check_positive_int("Vocabulary.build", "min_count", min_count)
         counts = collections.Counter()
         probe = cls([pad_token, "x"], separator=separator, pad_token=pad_token, lowercase=lowercase, normalization=normalization)
         for text in _as_texts(texts, "texts"):
@@ -324,8 +325,7 @@ def n_best(result, vocabulary, n=None):
     beams = ids.shape[1]
     if n is None:
         n = beams
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= beams:
-        raise ValueError(f"n_best: `n` must be an integer from 1 to the beam width {beams}; got {n!r}.")
+    n = _checks.check_int("n_best", "n", n, 1, meaning="a number of beams", maximum=beams)
     scores = np.asarray(result["scores"])
     lengths = np.asarray(result["lengths"])
     log_probs = np.asarray(result.get("log_probs", scores))

@@ -693,3 +693,73 @@ def test_inference_decoder_checks_the_memory_mask_and_state_against_the_memory(c
     decoder = ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, 4, method=method, beam_width=2)
     with pytest.raises(ValueError, match=message):
         decoder(memory, **change)
+
+
+# ------------------------------------------------ the stateful-attention protocol
+
+
+class _CoverageAttention(ka.DotAttention):
+    """Dot attention that carries a step count and the summed alignments:
+    a stateful mechanism the cells know nothing about."""
+
+    @property
+    def attention_state_size(self):
+        return [1, None]
+
+    def initial_attention_state(self, values):
+        zeros = keras.ops.zeros_like(values[..., 0])
+        return [keras.ops.zeros_like(zeros[:, :1]), zeros]
+
+    def attend_step(self, query, projected_key, value, mask=None, attention_state=(), training=None):
+        count, coverage = attention_state
+        context, weights, _ = super().attend_step(query, projected_key, value, mask, training=training)
+        return context, weights, [count + 1.0, coverage + weights]
+
+
+@pytest.mark.parametrize(
+    "make_cell",
+    [
+        lambda attention: ka.AttentionGRUCell(DM, attention),
+        lambda attention: ka.AttentionWrapper(keras.layers.GRUCell(DM), attention, input_feeding=False),
+    ],
+    ids=["gru", "wrapper_without_input_feeding"],
+)
+def test_a_stateful_attention_plugs_into_the_cells_through_the_protocol(make_cell):
+    rng = np.random.default_rng(40)
+    memory = rng.normal(size=(B, TS, DM)).astype("float32")
+    targets = rng.normal(size=(B, TT, DY)).astype("float32")
+    mask = lengths_mask([5, 3, 1], TS)
+    cell = make_cell(_CoverageAttention())
+    decoder = ka.AttentionDecoder(cell, return_alignments=True)
+    outputs, alignments = decoder(targets, memory, memory_mask=mask)
+    recurrent = len(cell.recurrent_state_size)
+    assert cell.state_size == cell.recurrent_state_size + [1, None]
+    # A step's input needs the previous step's attention state: no shortcut.
+    assert not getattr(cell, "attends_after_the_recurrence", False)
+
+    prepared = cell.prepare_memory(memory, mask)
+    states = cell.get_initial_state(B, memory=prepared)
+    np.testing.assert_array_equal(states[recurrent], np.zeros((B, 1)))
+    np.testing.assert_array_equal(states[recurrent + 1], np.zeros((B, TS)))
+    stepped = []
+    for t in range(TT):
+        output, states, alignment = cell.step(targets[:, t], states, prepared)
+        np.testing.assert_allclose(output, outputs[:, t], atol=1e-6)
+        stepped.append(np.asarray(alignment))
+    np.testing.assert_allclose(np.stack(stepped, 1), alignments, atol=1e-6)
+    np.testing.assert_array_equal(states[recurrent], np.full((B, 1), TT))
+    np.testing.assert_allclose(states[recurrent + 1], np.sum(stepped, axis=0), atol=1e-6)
+    assert (np.asarray(states[recurrent + 1])[~mask] == 0).all()
+
+    with pytest.raises(ValueError, match=r"with a stateful attention \(_CoverageAttention\) the initial state includes the attention's own state"):
+        cell.get_initial_state(B)
+
+
+def test_a_stateless_attention_adds_no_state_and_needs_no_memory_for_its_initial_state():
+    cell = ka.AttentionLSTMCell(UNITS, ka.GeneralAttention())
+    assert ka.GeneralAttention().attention_state_size == []
+    assert cell.state_size == [UNITS, UNITS]
+    states = cell.get_initial_state(2)
+    assert [tuple(s.shape) for s in states] == [(2, UNITS), (2, UNITS)]
+    monotonic = ka.AttentionLSTMCell(UNITS, ka.LuongMonotonicAttention())
+    assert monotonic.state_size == [UNITS, UNITS, None]

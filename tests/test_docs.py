@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_CLASSES = [
     getattr(keras_attention, name)
     for name in keras_attention.__all__
-    if inspect.isclass(getattr(keras_attention, name)) and name != "BaseAttention"
+    if inspect.isclass(getattr(keras_attention, name)) and name not in ("AttentionLayer", "BaseAttention")
 ]
 
 

@@ -170,6 +170,29 @@ def test_standalone_call_is_one_step_from_the_initial_alignment(variant, mode):
     assert (np.asarray(alignment)[2, 1:] == 0).all()
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_decoder_step_protocol_carries_the_previous_alignment(variant, mode):
+    rng = np.random.default_rng(11)
+    layer = built(variant, rng, mode=mode)
+    query, value, key = step_inputs(rng)
+    centre_energies(layer, query[:, :1], key)
+    mask = lengths_mask([6, 4, 2], TS)
+    assert layer.attention_state_size == [None]
+    (state,) = layer.initial_attention_state(value)
+    np.testing.assert_array_equal(state, np.eye(TS)[[0, 0, 0]])
+    w, projected_key = weights_of(layer), layer.project_key(key)
+    for t in range(3):
+        context, alignment, (new_state,) = layer.attend_step(query[:, t], projected_key, value, mask, [state])
+        want = reference_alignment(
+            energies(w, query[:, t : t + 1].astype(float), key.astype(float)), np.asarray(state)[:, None], mask[:, None, :], mode
+        )[:, 0]
+        np.testing.assert_allclose(alignment, want, atol=1e-5)
+        np.testing.assert_allclose(context, np.einsum("bj,bjd->bd", want, value), atol=1e-5)
+        np.testing.assert_array_equal(new_state, alignment)
+        state = new_state
+
+
 def test_initial_alignment_is_one_hot_at_position_zero_in_the_memory_dtype():
     layer = ka.LuongMonotonicAttention()
     for dtype in ("float32", "float16", "float64"):

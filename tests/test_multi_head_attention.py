@@ -484,7 +484,7 @@ def test_wrong_shapes_and_masks(query, value, key, kwargs, message):
 
 
 def test_unknown_feature_size_is_rejected_at_build():
-    with pytest.raises(ValueError, match=r"MultiHeadAttention: the last dimension of `value` must be known .* got None"):
+    with pytest.raises(ValueError, match=r"MultiHeadAttention: the last dimension of `value` must be known .* got shape \(None, None, None\)"):
         make()(keras.Input((None, 4)), keras.Input((None, None)), key=keras.Input((None, 3)))
 
 

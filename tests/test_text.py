@@ -105,6 +105,8 @@ def test_pad_sequences():
         (lambda: LETTERS.encode([3]), r"`texts` must be a string or a list of strings; got int 3"),
         (lambda: PHONES.decode([[1, 99]]), r"id 99 is outside \[0, 9\)"),
         (lambda: n_best({"ids": np.zeros((2, 3))}, PHONES), r"must be beam output \(batch, beam, length\); got shape \(2, 3\)"),
+        (lambda: n_best({"ids": np.zeros((1, 3, 2), int)}, PHONES, n=4), r"n_best: `n` must be a number of beams from 1 to 3; got 4"),
+        (lambda: Vocabulary.build(["ab"], min_count=0), r"Vocabulary.build: `min_count` must be a positive integer; got 0"),
         (lambda: Vocabulary.from_config({"tokens": ["<pad>", "a"], "sep": " "}), r"unknown keys \['sep'\]"),
         (lambda: Vocabulary(["<pad>", "a"], normalization="nfd"), r"`normalization` must be None or one of NFC, NFD, NFKC, NFKD; got 'nfd'"),
     ],

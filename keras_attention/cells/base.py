@@ -63,25 +63,13 @@ def check_memory(owner, memory, mask):
 
 def attention_cell(layer, cell):
     """`cell` (or its config) as an attention cell of this library, for `layer`."""
-    if isinstance(cell, dict):
-        cell = keras.saving.deserialize_keras_object(cell)
-    if not isinstance(cell, AttentionCell):
-        raise ValueError(
-            f"{type(layer).__name__}: `cell` must be an attention cell of this library "
-            f"(AttentionGRUCell, AttentionLSTMCell or AttentionWrapper); got {cell!r}."
-        )
-    return cell
-
-
-def _attention_layer(cell, attention):
-    if isinstance(attention, dict):
-        attention = keras.saving.deserialize_keras_object(attention)
-    if not isinstance(attention, BaseAttention):
-        raise ValueError(
-            f"{type(cell).__name__}: `attention` must be a score layer of this library "
-            f"(e.g. AdditiveAttention(units=64) or GeneralAttention()); got {attention!r}."
-        )
-    return attention
+    return _checks.resolve_layer(
+        layer,
+        "cell",
+        cell,
+        lambda cell: isinstance(cell, AttentionCell),
+        "an attention cell of this library (AttentionGRUCell, AttentionLSTMCell or AttentionWrapper)",
+    )
 
 
 class AttentionCell(keras.layers.Layer):
@@ -93,15 +81,23 @@ class AttentionCell(keras.layers.Layer):
     `(output, new_states, alignment)`, where `attend(query)` gives the
     context and alignment for a `(B, dq)` query.
 
-    A monotonic attention (one with `is_monotonic = True`) needs the previous
-    step's alignment: the cell then carries it as one more state after the
-    recurrent ones (size None in `state_size`: it is the memory length), starting
-    from `attention.initial_alignment(memory)`.
+    A stateful attention (one with an `attention_state_size`, such as
+    monotonic attention's previous alignment) keeps state of its own: the cell
+    carries it after the recurrent states (a size None in `state_size` is the
+    memory length), starting from `attention.initial_attention_state`, and
+    passes it through `attention.attend_step` at each step. `cell_step` calls
+    `attend` once per step.
     """
 
     def __init__(self, attention, **kwargs):
         super().__init__(**kwargs)
-        attention = _attention_layer(self, attention)
+        attention = _checks.resolve_layer(
+            self,
+            "attention",
+            attention,
+            lambda attention: isinstance(attention, BaseAttention),
+            "a score layer of this library (e.g. AdditiveAttention(units=64) or GeneralAttention())",
+        )
         _checks.claim_sublayer(self, "attention", attention)
         self.attention = attention
         if not self.attention.built:
@@ -117,15 +113,10 @@ class AttentionCell(keras.layers.Layer):
                 "through AttentionDecoder, or call `cell.build(input_shape, memory_shape)` "
                 "before running it."
             )
-        input_dim, memory_dim = input_shape[-1], memory_shape[-1]
-        for argument, dim in (("inputs", input_dim), ("memory", memory_dim)):
-            if dim is None:
-                raise ValueError(
-                    f"{type(self).__name__}: the last dimension of `{argument}` must be "
-                    "known when the cell is built; got None."
-                )
-        self.memory_dim = int(memory_dim)
-        self.build_cell(int(input_dim), self.memory_dim)
+        when = "when the cell is built"
+        input_dim = _checks.check_known_last_dim(self, "inputs", input_shape, when)
+        self.memory_dim = _checks.check_known_last_dim(self, "memory", memory_shape, when)
+        self.build_cell(input_dim, self.memory_dim)
         self.built = True
 
     def build_attention(self, query_dim):
@@ -178,24 +169,12 @@ class AttentionCell(keras.layers.Layer):
             else:
                 table[key] = previous
 
-    @property
-    def is_monotonic(self):
-        return bool(getattr(self.attention, "is_monotonic", False))
-
-    def attend(self, query, memory, previous_alignment=None, training=None):
-        """Context `(B, dv)` and alignment `(B, Ts)` for queries `(B, dq)`."""
-        # Projecting the rank-2 query keeps the step's matmuls 2-D (a rank-3
-        # one lowers to a tensordot that XLA cannot compile in the loop's
-        # gradient).
-        projected = ops.expand_dims(self.attention.project_query(query), 1)
-        mask = None if memory.mask is None else ops.expand_dims(memory.mask, 1)
-        kwargs = {}
-        if self.is_monotonic:
-            kwargs["previous_alignment"] = ops.expand_dims(previous_alignment, 1)
-        context, weights = self.attention.attend(
-            projected, memory.keys, memory.values, mask, training=training, **kwargs
+    def attend(self, query, memory, attention_state=(), training=None):
+        """Context `(B, dv)`, alignment `(B, Ts)` and the attention's new state
+        for queries `(B, dq)`, from the attention's state at this step."""
+        return self.attention.attend_step(
+            query, memory.keys, memory.values, memory.mask, attention_state, training=training
         )
-        return ops.squeeze(context, 1), ops.squeeze(weights, 1)
 
     def step(self, inputs, states, memory, training=None):
         """One decoder step: `(output, new_states, alignment)`.
@@ -204,37 +183,39 @@ class AttentionCell(keras.layers.Layer):
         `prepare_memory`. This is the stateless form for custom loops.
         """
         states = list(states)
-        previous_alignment = states.pop() if self.is_monotonic else None
+        recurrent_count = len(self.recurrent_state_size)
+        attention_state, new_attention_state = states[recurrent_count:], []
 
         def attend(query):
-            return self.attend(query, memory, previous_alignment, training=training)
+            context, alignment, state = self.attend(query, memory, attention_state, training=training)
+            new_attention_state.extend(state)
+            return context, alignment
 
-        output, new_states, alignment = self.cell_step(inputs, states, attend, training)
-        if self.is_monotonic:
-            new_states = list(new_states) + [ops.cast(alignment, self.compute_dtype)]
+        output, new_states, alignment = self.cell_step(inputs, states[:recurrent_count], attend, training)
+        new_states = list(new_states) + [ops.cast(state, self.compute_dtype) for state in new_attention_state]
         return output, new_states, alignment
 
     # ------------------------------------------------------------------- call
 
     @property
     def state_size(self):
-        return self.recurrent_state_size + ([None] if self.is_monotonic else [])
+        return self.recurrent_state_size + list(self.attention.attention_state_size)
 
     def get_initial_state(self, batch_size=None, memory=None):
-        """Zero recurrent states (and, for monotonic attention, the initial
-        alignment of `memory`, one-hot at position 0)."""
+        """Zero recurrent states, then a stateful attention's initial state
+        for `memory` (monotonic attention: the alignment one-hot at position 0)."""
         states = [ops.zeros((batch_size, size), dtype=self.compute_dtype) for size in self.recurrent_state_size]
-        if self.is_monotonic:
-            if memory is None:
-                raise ValueError(
-                    f"{type(self).__name__}: with monotonic attention the initial state "
-                    "includes the initial alignment; pass `memory=cell.prepare_memory(...)`."
-                )
-            states.append(self._initial_alignment(memory))
-        return states
+        return states + self._initial_attention_state(memory)
 
-    def _initial_alignment(self, memory):
-        return ops.cast(self.attention.initial_alignment(memory.values), self.compute_dtype)
+    def _initial_attention_state(self, memory):
+        if memory is None and self.attention.attention_state_size:
+            raise ValueError(
+                f"{type(self).__name__}: with a stateful attention ({type(self.attention).__name__}) "
+                "the initial state includes the attention's own state, which depends on the "
+                "memory; pass `memory=cell.prepare_memory(...)`."
+            )
+        values = None if memory is None else memory.values
+        return [ops.cast(state, self.compute_dtype) for state in self.attention.initial_attention_state(values)]
 
     @property
     def optional_state_count(self):
@@ -263,9 +244,7 @@ class AttentionCell(keras.layers.Layer):
             batch = ops.shape(recurrent_states[0])[0]
             for size in sizes[len(recurrent_states) :]:
                 recurrent_states.append(ops.zeros((batch, size), dtype=self.compute_dtype))
-        if self.is_monotonic:
-            recurrent_states.append(self._initial_alignment(memory))
-        return recurrent_states
+        return recurrent_states + self._initial_attention_state(memory)
 
     def initial_state_for(self, memory, batch_size, initial_state=None):
         """The states a decoding starts from: zeros when `initial_state` is

@@ -33,7 +33,7 @@ class AttentionDecoder(keras.layers.Layer):
     without input feeding does not need the loop: a Keras RNN layer followed
     by one attention call over all steps computes the same thing, and that
     is what this layer runs for an `AttentionWrapper(input_feeding=False)`
-    (non-monotonic attention, `return_sequences=True`): one pass of the
+    (stateless attention, `return_sequences=True`): one pass of the
     wrapped cell, then one attention call, with no attention left in the
     step loop (benchmarks/results.md, section 7, times both on a G2P model).
 

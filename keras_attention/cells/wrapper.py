@@ -103,7 +103,7 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         attention_layer_size: size of `a_t`, or None to use the context.
         output_attention: output `a_t` (Luong) rather than the cell output.
         input_feeding: concatenate `a_{t-1}` to the cell's input. Without
-            it (and with a non-monotonic attention) `AttentionDecoder`
+            it (and with a stateless attention) `AttentionDecoder`
             trains without a per-step attention: one pass of the wrapped
             cell, then one attention call over every step (`run_sequence`).
         kernel_initializer, kernel_regularizer: for `W_c`.
@@ -132,13 +132,13 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         **kwargs,
     ):
         # Checked before the attention is claimed for this cell.
-        if isinstance(cell, dict):
-            cell = keras.saving.deserialize_keras_object(cell)
-        if not isinstance(cell, keras.layers.Layer) or not hasattr(cell, "state_size"):
-            raise ValueError(
-                "AttentionWrapper: `cell` must be a Keras RNN cell (a Layer with a "
-                f"`state_size`, such as keras.layers.GRUCell(32)); got {cell!r}."
-            )
+        cell = _checks.resolve_layer(
+            self,
+            "cell",
+            cell,
+            lambda cell: isinstance(cell, keras.layers.Layer) and hasattr(cell, "state_size"),
+            "a Keras RNN cell (a Layer with a `state_size`, such as keras.layers.GRUCell(32))",
+        )
         attention_layer_size = _checks.check_positive_int(
             self, "attention_layer_size", attention_layer_size, allow_none=True
         )
@@ -189,10 +189,8 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         return inputs
 
     def prepare_dropout_masks(self, inputs, states):
-        states = list(states)
-        if self.is_monotonic:
-            states.pop()  # the previous alignment, after the recurrent states
-        *cell_states, previous_attention = states
+        # The recurrent states only: an attention's own state comes after them.
+        *cell_states, previous_attention = list(states)[: len(self.recurrent_state_size)]
         structured = keras.tree.pack_sequence_as(self._cell_state_structure, list(cell_states))
         _draw_dropout_masks(self.cell, self._cell_inputs(inputs, previous_attention), structured)
 
@@ -222,10 +220,11 @@ class AttentionWrapper(WeightSettings, AttentionCell):
     @property
     def attends_after_the_recurrence(self):
         """True when no step's input depends on an attention (no input
-        feeding, no monotonic alignment carried): the wrapped cell can then
-        run over the whole target first, and the attention of every step be
-        computed in one call (`run_sequence`)."""
-        return not self.input_feeding and not self.is_monotonic
+        feeding, and no attention state such as a monotonic alignment carried
+        from step to step): the wrapped cell can then run over the whole target
+        first, and the attention of every step be computed in one call
+        (`run_sequence`)."""
+        return not self.input_feeding and not self.attention.attention_state_size
 
     def run_sequence(self, inputs, memory, initial_state, mask=None, training=None):
         """Teacher-forced outputs of every step without a per-step attention.

@@ -1,6 +1,7 @@
 """Attention layers. Each module holds one mechanism; `base` holds what they share."""
 
 from keras_attention.layers.additive import AdditiveAttention
+from keras_attention.layers.attention_layer import AttentionLayer
 from keras_attention.layers.base import BaseAttention
 from keras_attention.layers.concat import ConcatAttention
 from keras_attention.layers.dot import DotAttention, ScaledDotAttention
@@ -15,6 +16,7 @@ from keras_attention.layers.targeted import TargetedAttention
 
 __all__ = [
     "AdditiveAttention",
+    "AttentionLayer",
     "AttentionPooling",
     "BahdanauMonotonicAttention",
     "BaseAttention",

@@ -13,6 +13,7 @@ import math
 import numbers
 import weakref
 
+import keras
 import numpy as np
 
 __all__ = [
@@ -22,10 +23,12 @@ __all__ = [
     "check_positive_int",
     "check_choice",
     "check_input_shapes",
+    "check_known_last_dim",
     "check_mask_shape",
     "check_masks",
     "claim_sublayer",
     "is_int",
+    "resolve_layer",
 ]
 
 
@@ -60,13 +63,14 @@ def check_fraction(owner, argument, value):
     return float(value)
 
 
-def check_int(owner, argument, value, minimum, meaning="an integer", allow_none=False):
-    """`value` as an int >= `minimum` (or None when allowed)."""
+def check_int(owner, argument, value, minimum, meaning="an integer", allow_none=False, maximum=None):
+    """`value` as an int >= `minimum` (and <= `maximum` when given; or None when allowed)."""
     if value is None and allow_none:
         return None
-    if is_int(value) and value >= minimum:
+    if is_int(value) and value >= minimum and (maximum is None or value <= maximum):
         return int(value)
-    expected = f"{meaning} >= {minimum}" + (" or None" if allow_none else "")
+    bounds = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+    expected = f"{meaning} {bounds}" + (" or None" if allow_none else "")
     raise ValueError(f"{_name(owner)}: `{argument}` must be {expected}; got {value!r}.")
 
 
@@ -99,6 +103,20 @@ def check_number(owner, argument, value, minimum=None, strict=False, allow_none=
     if allow_none:
         expected += " or None"
     raise ValueError(f"{_name(owner)}: `{argument}` must be {expected}; got {value!r}.")
+
+
+def resolve_layer(owner, argument, layer, accepts, expected):
+    """`layer`, or the layer its config dict describes, when `accepts(layer)`.
+
+    A layer given to another one arrives as a config dict when a saved model
+    is loaded (`from_config`), and as the object otherwise; both are checked
+    the same way. `expected` says what `accepts` wants, for the error.
+    """
+    if isinstance(layer, dict):
+        layer = keras.saving.deserialize_keras_object(layer)
+    if not accepts(layer):
+        raise ValueError(f"{_name(owner)}: `{argument}` must be {expected}; got {layer!r}.")
+    return layer
 
 
 def claim_sublayer(owner, argument, layer):
@@ -154,6 +172,17 @@ def check_input_shapes(layer, query_shape, value_shape, key_shape):
             f"{_name(layer)}: `query`, `value` and `key` must have the same batch "
             f"size; got shapes {query_shape}, {value_shape} and {key_shape}."
         )
+
+
+def check_known_last_dim(owner, argument, shape, when="when the layer is built"):
+    """The last dimension of `shape` as an int; weights cannot be sized by a None."""
+    shape = _shape(shape)
+    if not shape or shape[-1] is None:
+        raise ValueError(
+            f"{_name(owner)}: the last dimension of `{argument}` must be known"
+            f"{' ' + when if when else ''}; got shape {shape}."
+        )
+    return shape[-1]
 
 
 def check_mask_shape(layer, argument, mask, expected, meaning):

@@ -22,12 +22,7 @@ def check_chunk_size(layer, chunk_size):
     """`chunk_size` must be "auto", None or a positive integer."""
     if chunk_size is None or (isinstance(chunk_size, str) and chunk_size == "auto"):
         return chunk_size
-    if not _checks.is_int(chunk_size) or chunk_size <= 0:
-        raise ValueError(
-            f"{type(layer).__name__}: `chunk_size` must be \"auto\", None or a "
-            f"positive integer; got {chunk_size!r}."
-        )
-    return int(chunk_size)
+    return _checks.check_int(layer, "chunk_size", chunk_size, 1, meaning='"auto", None or an integer')
 
 
 def _dense_score(projected_query, projected_key, vector, activation):

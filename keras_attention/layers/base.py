@@ -1,8 +1,10 @@
 """The base class shared by every score-based attention layer.
 
-A subclass supplies only the score function `e = score(q, k)`; this class owns
-shapes, masks, the masked softmax, dropout on the weights, the weighted sum of
-the values, output shapes and mask propagation.
+A subclass supplies only the score function `e = score(q, k)`; this class
+(on top of `AttentionLayer`, the thin base of every attention layer) owns
+shapes, masks, the masked softmax, the weighted sum of the values and the
+decoder-step protocol (`attend_step`), through which a stateful mechanism
+carries its own state from step to step.
 
 The score is split into three hooks so that a decoder can project the memory
 keys once per sequence and only the query once per step:
@@ -12,10 +14,10 @@ keys once per sequence and only the query once per step:
     scores          = layer.score(projected_query, projected_key)
 """
 
-import keras
 from keras import ops
 
 from keras_attention.layers import _checks
+from keras_attention.layers.attention_layer import AttentionLayer
 from keras_attention.ops import masked_softmax
 
 __all__ = ["BaseAttention", "combine_masks", "prepare_call"]
@@ -72,7 +74,7 @@ def combine_masks(query, key, query_mask, value_mask, attention_mask, causal):
     return mask
 
 
-class BaseAttention(keras.layers.Layer):
+class BaseAttention(AttentionLayer):
     """Base class for attention layers: `c = sum_i softmax(e)_i v_i`.
 
     Subclasses implement `score` (and, when they have weights, `build_score`,
@@ -110,15 +112,6 @@ class BaseAttention(keras.layers.Layer):
         **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
     """
 
-    def __init__(self, dropout=0.0, seed=None, **kwargs):
-        super().__init__(**kwargs)
-        self.dropout = _checks.check_fraction(self, "dropout", dropout)
-        self.seed = seed
-        self.supports_masking = True
-        self.seed_generator = (
-            keras.random.SeedGenerator(seed) if self.dropout > 0 else None
-        )
-
     # ----------------------------------------------------------------- hooks
 
     def build_score(self, query_dim, key_dim):
@@ -143,29 +136,19 @@ class BaseAttention(keras.layers.Layer):
 
     def attention_weights(self, scores, mask, training=None):
         """Turn scores `(B, Tq, Tv)` into weights; masked entries get zero."""
-        weights = masked_softmax(scores, mask)
-        if training and self.dropout > 0:
-            weights = keras.random.dropout(
-                weights, self.dropout, seed=self.seed_generator
-            )
-        return weights
+        return self.drop_weights(masked_softmax(scores, mask), training)
 
     # ------------------------------------------------------------------ core
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
         _checks.check_input_shapes(self, query_shape, value_shape, key_shape)
-        query_dim, key_dim = query_shape[-1], key_shape[-1]
-        for argument, dim in (("query", query_dim), ("key", key_dim)):
-            if dim is None:
-                raise ValueError(
-                    f"{type(self).__name__}: the last dimension of `{argument}` "
-                    "must be known when the layer is built; got None."
-                )
-        self.build_score(int(query_dim), int(key_dim))
+        query_dim = _checks.check_known_last_dim(self, "query", query_shape)
+        key_dim = _checks.check_known_last_dim(self, "key", key_shape)
+        self.build_score(query_dim, key_dim)
         # What the weights were created for: a decoder cell given this layer
         # afterwards reuses them only for the same sizes.
-        self.score_sizes = (int(query_dim), int(key_dim))
+        self.score_sizes = (query_dim, key_dim)
         self.built = True
 
     def attend(self, projected_query, projected_key, value, mask=None, training=None):
@@ -204,46 +187,41 @@ class BaseAttention(keras.layers.Layer):
             return context, weights
         return context
 
-    # ---------------------------------------------------- shapes, masks, config
+    # -------------------------------------------------------- decoder steps
+    # A decoder cell runs the attention one step at a time. A mechanism whose
+    # step depends on the steps before (monotonic attention's previous
+    # alignment, say) owns that state: it declares its sizes, gives its value
+    # at the first step, and takes and returns it at each step. The cell
+    # carries it after its own states without knowing what it holds. A
+    # stateless mechanism has none.
 
-    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
-        return (*query_shape[:-1], value_shape[-1])
+    @property
+    def attention_state_size(self):
+        """Sizes of the attention's own recurrent states, each a `(B, size)`
+        tensor; None stands for the memory length. Empty when stateless."""
+        return []
 
-    def compute_output_spec(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        attention_mask=None,
-        causal=False,
-        return_attention_scores=False,
-        training=None,
-    ):
-        key = value if key is None else key
-        _checks.check_input_shapes(self, query.shape, value.shape, key.shape)
-        context = keras.KerasTensor(
-            self.compute_output_shape(query.shape, value.shape, key.shape),
-            dtype=self.compute_dtype,
-        )
-        if not return_attention_scores:
-            return context
-        weights_shape = self.weights_shape(query.shape, value.shape)
-        return context, keras.KerasTensor(weights_shape, dtype=self.compute_dtype)
+    def initial_attention_state(self, values):
+        """The attention's states at the first step, for the memory `values (B, Ts, dv)`."""
+        return []
 
-    def weights_shape(self, query_shape, value_shape):
-        """Shape of the attention weights: `(B, Tq, Tv)`, or `(B, Tv)` for one query."""
-        return (*query_shape[:-1], value_shape[1])
+    def attend_step(self, query, projected_key, value, mask=None, attention_state=(), training=None):
+        """One decoder step: `(context (B, dv), weights (B, Ts), new attention state)`.
 
-    def compute_mask(self, query, previous_mask=None):
-        # The context has one row per query, so it inherits the query's mask;
-        # a single query per example has no time axis to mask.
-        if previous_mask is None or len(query.shape) != 3:
-            return None
-        return previous_mask
+        `query (B, dq)` is the step's query, `projected_key` the memory's
+        keys through `project_key` (once per sequence), `value (B, Ts, dv)`,
+        `mask (B, Ts)` boolean or None, and `attention_state` the list of
+        `attention_state_size` states the previous step returned.
+        """
+        context, weights = self._attend_one_query(query, projected_key, value, mask, training)
+        return context, weights, []
 
-    def get_config(self):
-        config = super().get_config()
-        config.update({"dropout": self.dropout, "seed": self.seed})
-        return config
+    def _attend_one_query(self, query, projected_key, value, mask, training, **kwargs):
+        """`attend` for one query `(B, dq)` per example: `(context (B, dv), weights (B, Ts))`."""
+        # Projecting the rank-2 query keeps the step's matmuls 2-D (a rank-3
+        # one lowers to a tensordot that XLA cannot compile in the loop's
+        # gradient).
+        projected_query = ops.expand_dims(self.project_query(query), 1)
+        mask = None if mask is None else ops.expand_dims(mask, 1)
+        context, weights = self.attend(projected_query, projected_key, value, mask, training=training, **kwargs)
+        return ops.squeeze(context, 1), ops.squeeze(weights, 1)

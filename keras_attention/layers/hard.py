@@ -20,7 +20,7 @@ _SCORES_BY_NAME = {
 _MODES = ("argmax", "sample")
 
 
-def _score_layer(layer, score, dtype):
+def _score_layer(layer, score):
     from keras_attention import layers as attention_layers
 
     if isinstance(score, str):
@@ -30,25 +30,15 @@ def _score_layer(layer, score, dtype):
                 "`score=AdditiveAttention(units=...)` instead."
             )
         _checks.check_choice(layer, "score", score, tuple(_SCORES_BY_NAME))
-        return getattr(attention_layers, _SCORES_BY_NAME[score])(dtype=dtype)
-    if isinstance(score, dict):
-        score = keras.saving.deserialize_keras_object(score)
-    if not isinstance(score, BaseAttention) or isinstance(score, HardAttention):
-        raise ValueError(
-            f"{type(layer).__name__}: `score` must be a score layer of this library "
-            f"(e.g. DotAttention()) or one of {sorted(_SCORES_BY_NAME)}; got {score!r}."
-        )
-    if score.built:
-        raise ValueError(
-            f"{type(layer).__name__}: `score` must be an unbuilt layer (its weights "
-            f"are created for the shapes HardAttention is called with); got the built "
-            f"layer {score.name!r}."
-        )
-    _checks.claim_sublayer(layer, "score", score)
-    # One dtype policy for the whole computation: the score's variables must
-    # match the dtype HardAttention computes in.
-    score.dtype_policy = dtype
-    return score
+        return getattr(attention_layers, _SCORES_BY_NAME[score])(dtype=layer.dtype_policy)
+    score = _checks.resolve_layer(
+        layer,
+        "score",
+        score,
+        lambda score: isinstance(score, BaseAttention) and not isinstance(score, HardAttention),
+        f"a score layer of this library (e.g. DotAttention()) or one of {sorted(_SCORES_BY_NAME)}",
+    )
+    return layer.adopt_score_layer(score, f"the shapes {type(layer).__name__} is called with")
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -105,6 +95,10 @@ class HardAttention(BaseAttention):
     ```
     """
 
+    # The selection is the output: dropping weights would drop it. `seed`
+    # seeds the Gumbel noise of "sample" mode.
+    base_arguments = ("seed",)
+
     def __init__(
         self,
         score="dot",
@@ -114,10 +108,10 @@ class HardAttention(BaseAttention):
         seed=None,
         **kwargs,
     ):
-        super().__init__(dropout=0.0, seed=seed, **kwargs)
+        super().__init__(seed=seed, **kwargs)
         _checks.check_choice(self, "mode", mode, _MODES)
         temperature = _checks.check_number(self, "temperature", temperature, minimum=0, strict=True)
-        self.score_layer = _score_layer(self, score, self.dtype_policy)
+        self.score_layer = _score_layer(self, score)
         self.mode = mode
         self.straight_through = bool(straight_through)
         self.temperature = float(temperature)
@@ -168,7 +162,6 @@ class HardAttention(BaseAttention):
 
     def get_config(self):
         config = super().get_config()
-        del config["dropout"]
         config.update(
             {
                 "score": keras.saving.serialize_keras_object(self.score_layer),

@@ -125,7 +125,9 @@ def monotonic_alignment(p_choose, previous_alignment, mode):
 class _Monotonic:
     """What both monotonic variants add to their score layer."""
 
-    is_monotonic = True
+    # The alignment is a probability of stopping, not a softmax to drop from.
+    # `seed` seeds the pre-sigmoid noise.
+    base_arguments = ("seed",)
 
     def _init_monotonic(self, sigmoid_noise, score_bias_init, mode, seed):
         _checks.check_choice(self, "mode", mode, _MODES)
@@ -145,6 +147,23 @@ class _Monotonic:
         first = ops.equal(ops.arange(ops.shape(values)[1]), 0)
         zeros = ops.zeros_like(values[..., 0])
         return ops.where(first, ops.ones_like(zeros), zeros)
+
+    # The decoder-step protocol: the state is the previous step's alignment,
+    # one entry per memory position.
+
+    @property
+    def attention_state_size(self):
+        return [None]
+
+    def initial_attention_state(self, values):
+        return [self.initial_alignment(values)]
+
+    def attend_step(self, query, projected_key, value, mask=None, attention_state=(), training=None):
+        (previous_alignment,) = attention_state
+        context, alignment = self._attend_one_query(
+            query, projected_key, value, mask, training, previous_alignment=ops.expand_dims(previous_alignment, 1)
+        )
+        return context, alignment, [alignment]
 
     def attend(self, projected_query, projected_key, value, mask=None, training=None, previous_alignment=None):
         """One monotonic step: `(context (B, Tq, dv), alignment (B, Tq, Ts))`.
@@ -182,7 +201,6 @@ class _Monotonic:
         return ops.matmul(alignment, value), alignment
 
     def _monotonic_config(self, config):
-        del config["dropout"]
         config.update(
             {"sigmoid_noise": self.sigmoid_noise, "score_bias_init": self.score_bias_init, "mode": self.mode}
         )
@@ -222,8 +240,9 @@ _SHARED_DOC = """
     stays deterministic (tfa added it whenever `sigmoid_noise > 0`).
 
     In a decoder cell (`AttentionGRUCell`, `AttentionLSTMCell`,
-    `AttentionWrapper`) the previous alignment is carried as a state, starting
-    from `initial_alignment(memory)`. Called on its own, the layer does one
+    `AttentionWrapper`) the previous alignment is the attention's own state
+    (`attention_state_size`, `attend_step`), carried after the cell's states
+    and starting from `initial_alignment(memory)`. Called on its own, the layer does one
     step from the initial alignment for each query; a custom loop calls
     `attend(projected_query, projected_key, value, mask, previous_alignment=...)`.
     The probability maths runs in float32 (float64 for float64 layers).
@@ -307,7 +326,6 @@ class BahdanauMonotonicAttention(_Monotonic, AdditiveAttention):
             bias_initializer=bias_initializer,
             kernel_regularizer=kernel_regularizer,
             bias_regularizer=bias_regularizer,
-            dropout=0.0,
             seed=seed,
             **kwargs,
         )
@@ -386,7 +404,7 @@ class LuongMonotonicAttention(_Monotonic, GeneralAttention):
         **kwargs,
     ):
         super().__init__(
-            kernel_initializer=kernel_initializer, kernel_regularizer=kernel_regularizer, dropout=0.0, seed=seed, **kwargs
+            kernel_initializer=kernel_initializer, kernel_regularizer=kernel_regularizer, seed=seed, **kwargs
         )
         self.use_scale = bool(scale)
         self._init_monotonic(sigmoid_noise, score_bias_init, mode, seed)

@@ -8,14 +8,15 @@ from keras import ops
 from keras_attention._precision import to_score_dtype
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
-from keras_attention.layers.base import BaseAttention, combine_masks, prepare_call
+from keras_attention.layers.attention_layer import AttentionLayer
+from keras_attention.layers.base import combine_masks, prepare_call
 from keras_attention.ops import any_along, masked_softmax
 
 __all__ = ["MultiHeadAttention"]
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class MultiHeadAttention(WeightSettings, keras.layers.Layer):
+class MultiHeadAttention(WeightSettings, AttentionLayer):
     """Multi-head scaled dot-product attention (Vaswani et al. 2017).
 
     Each of the `H` heads attends with its own projections of the query, key
@@ -107,21 +108,15 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
         seed=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
+        super().__init__(dropout=dropout, seed=seed, **kwargs)
         self.num_heads = _checks.check_positive_int(self, "num_heads", num_heads)
         self.key_dim = _checks.check_positive_int(self, "key_dim", key_dim)
         self.value_dim = _checks.check_positive_int(self, "value_dim", value_dim, allow_none=True)
         self.output_dim = _checks.check_positive_int(self, "output_dim", output_dim, allow_none=True)
-        self.dropout = _checks.check_fraction(self, "dropout", dropout)
         self.use_bias = bool(use_bias)
         self._set_weight_settings(
             kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
         )
-        self.seed = seed
-        self.seed_generator = (
-            keras.random.SeedGenerator(seed) if self.dropout > 0 else None
-        )
-        self.supports_masking = True
 
     @property
     def _head_value_dim(self):
@@ -138,14 +133,10 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
         _checks.check_input_shapes(self, query_shape, value_shape, key_shape)
-        dims = {}
-        for argument, shape in (("query", query_shape), ("key", key_shape), ("value", value_shape)):
-            if shape[-1] is None:
-                raise ValueError(
-                    f"{type(self).__name__}: the last dimension of `{argument}` "
-                    "must be known when the layer is built; got None."
-                )
-            dims[argument] = int(shape[-1])
+        dims = {
+            argument: _checks.check_known_last_dim(self, argument, shape)
+            for argument, shape in (("query", query_shape), ("key", key_shape), ("value", value_shape))
+        }
         heads, value_dim = self.num_heads, self._head_value_dim
         out = self.output_dim or dims["query"]
         # Creation order = Keras MHA's get_weights() order, so weights copy over.
@@ -228,8 +219,7 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
             weights = masked_softmax(
                 scores, None if full_mask is None else ops.expand_dims(full_mask, 1)
             )
-            if dropping:
-                weights = keras.random.dropout(weights, self.dropout, seed=self.seed_generator)
+            weights = self.drop_weights(weights, training)
             weights = ops.cast(weights, projected_value.dtype)
             heads = ops.einsum("bhqv,bvhk->bqhk", weights, projected_value)
         else:
@@ -298,14 +288,9 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         return (*query_shape[:-1], self.output_dim or query_shape[-1])
 
-    compute_output_spec = BaseAttention.compute_output_spec
-
     def weights_shape(self, query_shape, value_shape):
         """`(B, H, Tq, Tv)`, or `(B, H, Tv)` for one query."""
         return (query_shape[0], self.num_heads, *query_shape[1:-1], value_shape[1])
-
-    # One output row per query: the output inherits the query's Keras mask.
-    compute_mask = BaseAttention.compute_mask
 
     def get_config(self):
         config = super().get_config()
@@ -314,11 +299,9 @@ class MultiHeadAttention(WeightSettings, keras.layers.Layer):
                 "num_heads": self.num_heads,
                 "key_dim": self.key_dim,
                 "value_dim": self.value_dim,
-                "dropout": self.dropout,
                 "use_bias": self.use_bias,
                 "output_dim": self.output_dim,
                 **self._weight_settings_config(),
-                "seed": self.seed,
             }
         )
         return config

@@ -8,7 +8,7 @@ from keras_attention._precision import softmax_dtype
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.additive import AdditiveAttention
-from keras_attention.layers.base import BaseAttention
+from keras_attention.layers.attention_layer import AttentionLayer
 
 __all__ = ["PointerAttention", "logits_dtype", "masked_logit"]
 
@@ -29,7 +29,7 @@ def masked_logit(dtype):
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class PointerAttention(WeightSettings, keras.layers.Layer):
+class PointerAttention(WeightSettings, AttentionLayer):
     """Pointer attention: a distribution over input positions (Vinyals et al. 2015).
 
     Only the first half of attention: the scores are the output, there is no
@@ -95,6 +95,10 @@ class PointerAttention(WeightSettings, keras.layers.Layer):
     ```
     """
 
+    # The logits are scores, not weights to drop, and nothing is drawn at
+    # random: the layer takes neither `dropout` nor `seed`.
+    base_arguments = ()
+
     def __init__(
         self,
         units,
@@ -109,7 +113,6 @@ class PointerAttention(WeightSettings, keras.layers.Layer):
         self.units = _checks.check_positive_int(self, "units", units)
         self.use_bias = bool(use_bias)
         self._set_weight_settings(kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer)
-        self.supports_masking = True
         self.additive = AdditiveAttention(
             units,
             use_bias=use_bias,
@@ -157,13 +160,10 @@ class PointerAttention(WeightSettings, keras.layers.Layer):
 
     def build(self, query_shape, memory_shape):
         query_shape, memory_shape = self._check_shapes(query_shape, memory_shape)
-        for argument, dim in (("query", query_shape[-1]), ("memory", memory_shape[-1])):
-            if dim is None:
-                raise ValueError(
-                    f"PointerAttention: the last dimension of `{argument}` must be "
-                    "known when the layer is built; got None."
-                )
-        self.additive.build_score(query_shape[-1], memory_shape[-1])
+        self.additive.build_score(
+            _checks.check_known_last_dim(self, "query", query_shape),
+            _checks.check_known_last_dim(self, "memory", memory_shape),
+        )
         self.additive.built = True
         self.built = True
 
@@ -213,12 +213,9 @@ class PointerAttention(WeightSettings, keras.layers.Layer):
     def compute_output_spec(self, query, memory, memory_mask=None, chosen_mask=None):
         query_shape, memory_shape = self._check_shapes(query.shape, memory.shape)
         self._check_masks(query_shape, memory_shape, memory_mask, chosen_mask)
-        return keras.KerasTensor(
-            (*query_shape[:-1], memory_shape[1]), dtype=logits_dtype(self.compute_dtype)
+        return self.output_spec(
+            (*query_shape[:-1], memory_shape[1]), output_dtype=logits_dtype(self.compute_dtype)
         )
-
-    # One row of logits per query: a rank-3 query's mask carries over.
-    compute_mask = BaseAttention.compute_mask
 
     def get_config(self):
         config = super().get_config()

@@ -127,13 +127,8 @@ class AttentionPooling(WeightSettings, BaseAttention):
         return shape
 
     def build(self, inputs_shape):
-        shape = self._check_inputs(inputs_shape)
-        if shape[-1] is None:
-            raise ValueError(
-                f"{type(self).__name__}: the last dimension of `inputs` must be "
-                "known when the layer is built; got None."
-            )
-        self.build_score(None, shape[-1])
+        dim = _checks.check_known_last_dim(self, "inputs", self._check_inputs(inputs_shape))
+        self.build_score(None, dim)
         self.built = True
 
     def call(self, inputs, mask=None, return_attention_scores=False, training=None):
@@ -157,10 +152,7 @@ class AttentionPooling(WeightSettings, BaseAttention):
 
     def compute_output_spec(self, inputs, mask=None, return_attention_scores=False, training=None):
         batch, length, dim = self._check_inputs(inputs.shape)
-        pooled = keras.KerasTensor((batch, dim), dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return pooled
-        return pooled, keras.KerasTensor((batch, length), dtype=self.compute_dtype)
+        return self.output_spec((batch, dim), (batch, length) if return_attention_scores else None)
 
     def compute_mask(self, inputs, previous_mask=None):
         # The time axis is pooled away: nothing is left to mask.

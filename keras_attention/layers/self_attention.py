@@ -6,6 +6,7 @@ from keras import ops
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.additive import AdditiveAttention
+from keras_attention.layers.attention_layer import AttentionLayer
 from keras_attention.layers.base import BaseAttention, combine_masks
 from keras_attention.layers.dot import DotAttention, ScaledDotAttention
 from keras_attention.layers.general import GeneralAttention
@@ -19,7 +20,7 @@ _SCORE_NAMES = ("scaled_dot", "dot", "additive", "general")
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class SelfAttention(WeightSettings, keras.layers.Layer):
+class SelfAttention(WeightSettings, AttentionLayer):
     """Self-attention (Vaswani et al. 2017): one sequence attends to itself.
 
     For inputs `X` `(T, d)` (per example), with `u = units`:
@@ -123,24 +124,18 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
         bias_regularizer=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
+        super().__init__(dropout=dropout, seed=seed, **kwargs)
         self.units = _checks.check_positive_int(self, "units", units)
         self.window = _checks.check_positive_int(self, "window", window, allow_none=True)
-        self.dropout = _checks.check_fraction(self, "dropout", dropout)
         self.regularization_weight = _checks.check_number(
             self, "regularization_weight", regularization_weight, minimum=0
         )
         self.causal = bool(causal)
         self.use_bias = bool(use_bias)
-        self.seed = seed
         self._set_weight_settings(
             kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
         )
         self.score_layer = self._score_layer(score)
-        self.seed_generator = (
-            keras.random.SeedGenerator(seed) if self.dropout > 0 else None
-        )
-        self.supports_masking = True
 
     def _score_layer(self, score):
         if isinstance(score, str):
@@ -158,29 +153,22 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
             return AdditiveAttention(
                 self.units, dtype=self.dtype_policy, **kernel_settings
             )
-        if isinstance(score, dict):
-            score = keras.saving.deserialize_keras_object(score)
-        # HardAttention's one-hot selection bypasses the softmax this layer owns.
-        if not isinstance(score, BaseAttention) or isinstance(score, HardAttention):
-            raise ValueError(
-                "SelfAttention: `score` must be a soft score layer of this library "
-                f"(e.g. AdditiveAttention(units=8)) or one of {list(_SCORE_NAMES)}; "
-                f"got {score!r}."
-            )
-        if score.built:
-            raise ValueError(
-                "SelfAttention: `score` must be an unbuilt layer (its weights are "
-                f"created for size units={self.units}); got the built layer {score.name!r}."
-            )
+        score = _checks.resolve_layer(
+            self,
+            "score",
+            score,
+            # HardAttention's one-hot selection bypasses the softmax this layer owns.
+            lambda layer: isinstance(layer, BaseAttention) and not isinstance(layer, HardAttention),
+            "a soft score layer of this library (e.g. AdditiveAttention(units=8)) or one "
+            f"of {list(_SCORE_NAMES)}",
+        )
         if score.dropout > 0:
             # One owner for dropout, so the regulariser sees weights before it.
             raise ValueError(
                 "SelfAttention: `score` must have dropout=0 (set `dropout` on "
                 f"SelfAttention instead); got {score.name!r} with dropout={score.dropout}."
             )
-        _checks.claim_sublayer(self, "score", score)
-        score.dtype_policy = self.dtype_policy
-        return score
+        return self.adopt_score_layer(score, f"size units={self.units}")
 
     # ----------------------------------------------------------------- build
 
@@ -193,13 +181,7 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
         return shape
 
     def build(self, input_shape):
-        shape = self._check_inputs_shape(input_shape)
-        if shape[-1] is None:
-            raise ValueError(
-                "SelfAttention: the last dimension of `inputs` must be known when "
-                f"the layer is built; got shape {shape}."
-            )
-        dim = shape[-1]
+        dim = _checks.check_known_last_dim(self, "inputs", self._check_inputs_shape(input_shape))
         for part in ("query", "key", "value"):
             setattr(self, f"{part}_kernel", self._add_kernel(f"{part}_kernel", (dim, self.units)))
             bias = None
@@ -292,9 +274,7 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
         weights = masked_softmax(ops.cast(scores, work_dtype), full_mask)
         if self.regularization_weight > 0:
             self.add_loss(self._regularization(weights, full_mask))
-        if training and self.dropout > 0:
-            weights = keras.random.dropout(weights, self.dropout, seed=self.seed_generator)
-        weights = ops.cast(weights, self.compute_dtype)
+        weights = ops.cast(self.drop_weights(weights, training), self.compute_dtype)
         output = ops.matmul(weights, value)
         if return_attention_scores:
             return output, weights
@@ -314,14 +294,8 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
         training=None,
     ):
         shape = self._check_inputs_shape(inputs.shape)
-        output = keras.KerasTensor(self.compute_output_shape(shape), dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return output
-        weights = keras.KerasTensor((shape[0], shape[1], shape[1]), dtype=self.compute_dtype)
-        return output, weights
-
-    def compute_mask(self, inputs, mask=None):
-        return mask
+        weights_shape = (shape[0], shape[1], shape[1]) if return_attention_scores else None
+        return self.output_spec(self.compute_output_shape(shape), weights_shape)
 
     def get_config(self):
         config = super().get_config()
@@ -333,8 +307,6 @@ class SelfAttention(WeightSettings, keras.layers.Layer):
                 "window": self.window,
                 "regularization_weight": self.regularization_weight,
                 "use_bias": self.use_bias,
-                "dropout": self.dropout,
-                "seed": self.seed,
                 **self._weight_settings_config(),
             }
         )

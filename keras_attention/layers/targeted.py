@@ -7,6 +7,7 @@ from keras import ops
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.additive import additive_score
+from keras_attention.layers.attention_layer import AttentionLayer
 from keras_attention.ops import masked_softmax
 
 __all__ = ["TargetedAttention"]
@@ -29,7 +30,7 @@ def _concrete(tensor):
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class TargetedAttention(WeightSettings, keras.layers.Layer):
+class TargetedAttention(WeightSettings, AttentionLayer):
     """Target-dependent attention over a sentence (Liu & Zhang 2017).
 
     Inputs are hidden states `h_0..h_n` (typically a BiLSTM's) and a target
@@ -142,19 +143,13 @@ class TargetedAttention(WeightSettings, keras.layers.Layer):
         seed=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
+        super().__init__(dropout=dropout, seed=seed, **kwargs)
         self.units = _checks.check_positive_int(self, "units", units)
         _checks.check_choice(self, "mode", mode, _MODES)
         self.mode = mode
         self._set_weight_settings(
             kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
         )
-        self.dropout = _checks.check_fraction(self, "dropout", dropout)
-        self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout > 0 else None
-        # The output has no time axis, so no mask goes on; declaring support
-        # keeps Keras from warning that an incoming mask is dropped.
-        self.supports_masking = True
 
     @property
     def parts(self):
@@ -203,13 +198,8 @@ class TargetedAttention(WeightSettings, keras.layers.Layer):
 
     def build(self, hidden_shape, target_mask_shape):
         self._check_shapes(hidden_shape, target_mask_shape)
-        dim = hidden_shape[-1]
-        if dim is None:
-            raise ValueError(
-                "TargetedAttention: the last dimension of `hidden` must be known "
-                "when the layer is built; got None."
-            )
-        dim, parts = int(dim), len(self.parts)
+        dim = _checks.check_known_last_dim(self, "hidden", hidden_shape)
+        parts = len(self.parts)
         self.kernel = self._add_kernel("kernel", (parts, dim, self.units))
         self.target_kernel = self._add_kernel("target_kernel", (parts, dim, self.units))
         self.bias = self._add_bias("bias", (parts, self.units))
@@ -297,9 +287,7 @@ class TargetedAttention(WeightSettings, keras.layers.Layer):
         projected_target = ops.expand_dims(ops.matmul(target_state, target_kernel), 1)
         projected_hidden = ops.matmul(hidden, kernel) + bias
         scores = additive_score(projected_target, projected_hidden, vector)  # (B, 1, T)
-        weights = masked_softmax(scores, ops.expand_dims(mask, 1))
-        if training and self.dropout > 0:
-            weights = keras.random.dropout(weights, self.dropout, seed=self.seed_generator)
+        weights = self.drop_weights(masked_softmax(scores, ops.expand_dims(mask, 1)), training)
         weights = ops.cast(weights, dtype)
         return ops.squeeze(ops.matmul(weights, hidden), 1), ops.squeeze(weights, 1)
 
@@ -338,22 +326,20 @@ class TargetedAttention(WeightSettings, keras.layers.Layer):
         training=None,
     ):
         self._check_shapes(hidden.shape, target_mask.shape, None if hidden_mask is None else hidden_mask.shape)
-        output = keras.KerasTensor(self.compute_output_shape(hidden.shape), dtype=self.compute_dtype)
+        output_shape = self.compute_output_shape(hidden.shape)
         if not return_attention_scores:
-            return output
+            return self.output_spec(output_shape)
         batch, length, dim = hidden.shape
-
-        def weights():
-            return keras.KerasTensor((batch, length), dtype=self.compute_dtype)
-
         if self.mode == "vanilla":
-            return output, weights()
-        scores = {part: weights() for part in _PARTS}
+            return self.output_spec(output_shape, (batch, length))
+        scores = {part: (batch, length) for part in _PARTS}
         if self.mode == "gated":
-            scores["gates"] = keras.KerasTensor((batch, 3, dim), dtype=self.compute_dtype)
-        return output, scores
+            scores["gates"] = (batch, 3, dim)
+        return self.output_spec(output_shape, scores)
 
     def compute_mask(self, hidden, previous_mask=None):
+        # The output has no time axis: no mask goes on. (Masks are supported,
+        # so Keras does not warn that an incoming one is dropped.)
         return None
 
     def get_config(self):
@@ -363,8 +349,6 @@ class TargetedAttention(WeightSettings, keras.layers.Layer):
                 "units": self.units,
                 "mode": self.mode,
                 **self._weight_settings_config(),
-                "dropout": self.dropout,
-                "seed": self.seed,
             }
         )
         return config

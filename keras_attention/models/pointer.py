@@ -140,10 +140,7 @@ class PointerNetwork(keras.layers.Layer):
             raise ValueError(
                 f"PointerNetwork: `inputs` must have rank 3 (batch, Ts, d); got shape {inputs_shape}."
             )
-        if inputs_shape[-1] is None:
-            raise ValueError(
-                "PointerNetwork: the last dimension of `inputs` must be known; got None."
-            )
+        _checks.check_known_last_dim(self, "inputs", inputs_shape, when="")
         if targets_shape is not None:
             targets_shape = _checks._shape(targets_shape)
             if len(targets_shape) != 2:
