@@ -6,8 +6,8 @@
 Prints the parity report as a table and writes it as JSON to OUT_DIR/report.json
 (and to --report). Exit status 1 with a message on stderr when the export
 fails; nothing is left in OUT_DIR then. A thin wrapper over
-`keras_attention.export.main`, also installed as the `keras-attention-export`
-command.
+`keras_attention.export.cli.main`, also installed as the
+`keras-attention-export` command.
 """
 
 import os
@@ -19,7 +19,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # Run from a checkout without installing: the package sits one level up.
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from keras_attention.export import main  # noqa: E402
+from keras_attention.export.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -312,7 +312,7 @@ def test_serve_onnx_script_in_its_own_process_prints_no_traceback(seq2seq, tmp_p
     assert _script_errors(done)[0].startswith("error: no ONNX file")
     done = run_script("export/serve_onnx.py", seq2seq["directory"], "--runs", "many")
     assert done.returncode == 2 and _script_errors(done) == [
-        "error: argument --runs: invalid int value: 'many' (see serve_onnx.py --help)"
+        "error: argument --runs: invalid int value: 'many' (see keras-attention-serve --help)"
     ]
 
 

@@ -21,7 +21,8 @@ One module per concern: `layout` (file names and defaults), `report`,
 `models` (loading and the float32 copy), `signatures`, `samples` (the
 verification inputs), `parity`, `onnx` (conversion and its diagnostics),
 `directories` (safe placement), `exporter` (`export_model`), `vocabulary`,
-`serving` (`run_onnx`, `translate_texts`) and `cli` (the command).
+`serving` (`run_onnx`, `translate_texts`), and the two commands: `cli`
+(`keras-attention-export`) and `serve_cli` (`keras-attention-serve`).
 """
 
 from keras_attention.export.cli import error_line, main

@@ -1,0 +1,152 @@
+"""The `keras-attention-serve` command: run an exported ONNX model with
+onnxruntime on JSON inputs; print what it computed and its latency.
+
+    keras-attention-serve OUT_DIR [--signature translate] --inputs '{"source": ["March 3, 2001"]}'
+        [--inputs-file INPUTS.json] [--runs 100] [--warmup 5] [--threads N] [--json] [--all-outputs]
+    keras-attention-serve OUT_DIR --signature pronounce --texts words.txt [--batch-size 256]
+
+By default a model that outputs `ids` (with a `vocabulary.json` in OUT_DIR)
+prints its translations, one per input line (the best beam of a beam
+search); with --json, one JSON document {"translations": [{"text", "score"}],
+"latency_ms"}. A model without ids prints its outputs. --all-outputs prints
+every output tensor as well (alignments and scores included). The latency
+percentiles go to stderr in text mode.
+
+With --texts FILE (one text a line, "-" for stdin) each line is decoded and
+printed as `text<TAB>decoded text` (the best hypothesis), in batches of
+similar length: a word list in, pronunciations out.
+
+OUT_DIR is a directory written by `keras-attention-export` (`model.onnx` is
+the `serving_default` signature, `<name>.onnx` the others). Inputs are a JSON
+object {input name: nested list}, or, when the model has one input, just its
+value. With a `vocabulary.json` in OUT_DIR, strings are tokenised character
+by character. Without --inputs or --inputs-file the JSON is read from stdin.
+
+Every failure (bad JSON, inputs that do not fit the model, an unreadable
+directory, an onnxruntime error) is one line `error: ...` on stderr and exit
+status 1.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from keras_attention.export.cli import _Parser, error_line
+from keras_attention.export.layout import DEFAULT_SIGNATURE
+from keras_attention.export.serving import run_onnx, translate_texts
+
+
+def _parse_args(argv=None):
+    parser = _Parser(
+        prog="keras-attention-serve",
+        description="Run an exported ONNX model with onnxruntime on JSON inputs; print what it computed and its latency.",
+    )
+    parser.add_argument("out_dir", help="an export directory")
+    parser.add_argument("--signature", default=DEFAULT_SIGNATURE, help="which ONNX file: serving_default -> model.onnx, NAME -> NAME.onnx")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--inputs", help="JSON: {input name: value} (strings are tokenised with vocabulary.json)")
+    source.add_argument("--inputs-file", help="a JSON file with the inputs")
+    source.add_argument("--texts", help="a text file, one input text a line ('-': stdin); prints text<TAB>decoded")
+    parser.add_argument("--batch-size", type=int, default=256, help="with --texts: texts per batch")
+    parser.add_argument("--runs", type=int, default=100, help="timed runs")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed runs first")
+    parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    parser.add_argument("--all-outputs", action="store_true", help="also print every output tensor (alignments, scores, ...)")
+    return parser.parse_args(argv)
+
+
+def _read_inputs(args):
+    if args.inputs is not None:
+        text, where = args.inputs, "--inputs"
+    elif args.inputs_file is not None:
+        path = Path(args.inputs_file)
+        if not path.is_file():
+            raise FileNotFoundError(f"--inputs-file: no such file {str(path)!r}.")
+        text, where = path.read_text(encoding="utf-8"), str(path)
+    else:
+        text, where = sys.stdin.read(), "stdin"
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"{where} is not valid JSON: {error}") from error
+
+
+def _read_texts(path):
+    if path == "-":
+        lines = sys.stdin.read().splitlines()
+    else:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--texts: no such file {path!r}.")
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip()]
+
+
+def _translations(result):
+    """[{"text", "score"}] per input row, from the detokenised `ids` (the best
+    beam of a beam search) and the `scores` output; None without text."""
+    texts = result["text"].get("ids")
+    if texts is None:
+        return None
+    scores = result["outputs"].get("scores")
+    rows = []
+    for index, text in enumerate(texts):
+        beam = not isinstance(text, str)
+        row = {"text": text[0] if beam else text}
+        if scores is not None:
+            score = scores[index][0] if beam else scores[index]
+            row["score"] = float(score)
+        rows.append(row)
+    return rows
+
+
+def _print_tensors(outputs):
+    for name, value in outputs.items():
+        print(f"{name} {value.dtype} {tuple(value.shape)}:")
+        print(np.array2string(value, precision=4, threshold=200, separator=", "))
+
+
+def main(argv=None):
+    """`keras-attention-serve OUT_DIR [--signature NAME] (--inputs JSON | --inputs-file F | --texts F)`."""
+    args = _parse_args(argv)
+    # Every failure, ours or onnxruntime's, is one line on stderr and exit
+    # status 1: a command prints no traceback.
+    try:
+        if args.texts is not None:
+            texts = _read_texts(args.texts)
+            decoded = translate_texts(args.out_dir, texts, signature=args.signature, batch_size=args.batch_size, threads=args.threads)
+        else:
+            result = run_onnx(args.out_dir, _read_inputs(args), signature=args.signature, runs=args.runs, warmup=args.warmup, threads=args.threads)
+    except Exception as error:
+        print(error_line(error), file=sys.stderr)
+        return 1
+    if args.texts is not None:
+        for text, output in zip(texts, decoded):
+            print(f"{text}\t{output}")
+        return 0
+    latency = result["latency_ms"]
+    rows = _translations(result)
+    # Without text, the outputs are what was asked for.
+    show_tensors = args.all_outputs or rows is None
+    if args.json:
+        document = {}
+        if rows is not None:
+            document["translations"] = rows
+        if show_tensors:
+            document["outputs"] = {name: value.tolist() for name, value in result["outputs"].items()}
+        document["latency_ms"] = latency
+        print(json.dumps(document, ensure_ascii=False))
+        return 0
+    if rows is not None:
+        for row in rows:
+            print(row["text"])
+    if show_tensors:
+        _print_tensors(result["outputs"])
+    print(
+        f"latency over {latency['runs']} runs (ms): p50 {latency['p50']:.3f}  p90 {latency['p90']:.3f}  "
+        f"p99 {latency['p99']:.3f}  mean {latency['mean']:.3f}",
+        file=sys.stderr,
+    )
+    return 0
