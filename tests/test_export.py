@@ -192,15 +192,16 @@ def test_saved_model_cli_lists_the_named_signatures(seq2seq):
 
 def test_run_onnx_tokenises_strings_and_detokenises_ids(seq2seq):
     directory = seq2seq["directory"]
-    result = run_onnx(directory, {"source": ["abc", "bad", "hello"]}, signature="translate", runs=5, warmup=1)
+    result = run_onnx(directory, {"source": ["abc", "bad", "hello"]}, signature="translate")
     sources = encode_strings(["abc", "bad", "hello"], TOY_VOCABULARY)
     np.testing.assert_array_equal(sources[2], [8, 5, 8, 8, 8])  # "l" and "o" are unknown: "h"
     want = np.asarray(seq2seq["greedy"](sources)["ids"])
     np.testing.assert_array_equal(result["outputs"]["ids"], want)
     assert result["text"]["ids"] == decode_ids(want, TOY_VOCABULARY)
-    assert set(result["latency_ms"]) == {"p50", "p90", "p99", "mean", "runs"}
+    # One run, no timing: what was fed and what came out.
+    assert set(result) == {"inputs", "outputs", "text"} and result["inputs"] == {"source": [3, 5]}
     # One bare list of strings feeds the only input; beam ids detokenise per beam.
-    beams = run_onnx(directory, ["ab"], signature="translate_beam", runs=2, warmup=0)
+    beams = run_onnx(directory, ["ab"], signature="translate_beam")
     assert len(beams["text"]["ids"]) == 1 and len(beams["text"]["ids"][0]) == 3
     with pytest.raises(ValueError, match=r"`inputs` has keys \['src'\]; the model expects exactly \['source'\]"):
         run_onnx(directory, {"src": ["ab"]}, signature="translate")
@@ -237,6 +238,14 @@ def test_serve_onnx_script_prints_the_translations_and_tensors_on_request(seq2se
     assert [row["text"] for row in document["translations"]] == want
     np.testing.assert_allclose([row["score"] for row in document["translations"]], decoded["scores"], atol=1e-4)
     assert "outputs" not in document and document["latency_ms"]["runs"] == 3
+    assert set(document["latency_ms"]) == {"p50", "p90", "p99", "mean", "runs"}
+    assert 0 < document["latency_ms"]["p50"] <= document["latency_ms"]["p99"]
+    # --runs 0: the translations, no timing.
+    assert serve.main([directory, "--signature", "translate", "--inputs-file", str(inputs), "--runs", "0", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"translations": document["translations"]}
+    assert serve.main([directory, "--signature", "translate", "--inputs-file", str(inputs), "--runs", "0"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == want and "latency" not in captured.err
 
     # A beam search: the best beam, with its score.
     beams = {k: np.asarray(v) for k, v in seq2seq["beam"](sources).items()}
@@ -284,11 +293,11 @@ def test_serve_onnx_failures_are_one_line_naming_the_input(seq2seq, capsys, inpu
 def test_run_onnx_raises_value_errors_naming_the_input(seq2seq):
     directory = seq2seq["directory"]
     with pytest.raises(ValueError, match=r"input 'source' holds the id 12, outside the model's vocabulary: its embedding has 9 rows"):
-        run_onnx(directory, {"source": [[1, 12]]}, signature="translate", runs=1, warmup=0)
+        run_onnx(directory, {"source": [[1, 12]]}, signature="translate")
     with pytest.raises(ValueError, match=r"input 'target' must have rank 2"):
-        run_onnx(directory, {"source": [[1]], "target": [1]}, runs=1, warmup=0)
+        run_onnx(directory, {"source": [[1]], "target": [1]})
     # An empty length is a valid input: the layers return their zero context.
-    empty = run_onnx(directory, {"source": [[]]}, signature="translate", runs=1, warmup=0)
+    empty = run_onnx(directory, {"source": [[]]}, signature="translate")
     assert empty["outputs"]["ids"].shape == (1, 7)
 
 
@@ -313,6 +322,10 @@ def test_serve_onnx_script_in_its_own_process_prints_no_traceback(seq2seq, tmp_p
     done = run_script("export/serve_onnx.py", seq2seq["directory"], "--runs", "many")
     assert done.returncode == 2 and _script_errors(done) == [
         "error: argument --runs: invalid int value: 'many' (see keras-attention-serve --help)"
+    ]
+    done = run_script("export/serve_onnx.py", seq2seq["directory"], "--inputs", "[[1]]", "--warmup", "-1")
+    assert done.returncode == 2 and _script_errors(done) == [
+        "error: argument --warmup: expected an integer >= 0, got -1 (see keras-attention-serve --help)"
     ]
 
 

@@ -9,8 +9,10 @@ By default a model that outputs `ids` (with a `vocabulary.json` in OUT_DIR)
 prints its translations, one per input line (the best beam of a beam
 search); with --json, one JSON document {"translations": [{"text", "score"}],
 "latency_ms"}. A model without ids prints its outputs. --all-outputs prints
-every output tensor as well (alignments and scores included). The latency
-percentiles go to stderr in text mode.
+every output tensor as well (alignments and scores included). The outputs
+come from one run; then the same inputs run --warmup times untimed and
+--runs times timed, and the latency percentiles go to stderr in text mode
+(--runs 0: no timing).
 
 With --texts FILE (one text a line, "-" for stdin) each line is decoded and
 printed as `text<TAB>decoded text` (the best hypothesis), in batches of
@@ -29,13 +31,14 @@ status 1.
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 from keras_attention.export.cli import _Parser, error_line
 from keras_attention.export.layout import DEFAULT_SIGNATURE
-from keras_attention.export.serving import run_onnx, translate_texts
+from keras_attention.export.serving import _OnnxSignature, translate_texts
 
 
 def _parse_args(argv=None):
@@ -44,18 +47,28 @@ def _parse_args(argv=None):
         description="Run an exported ONNX model with onnxruntime on JSON inputs; print what it computed and its latency.",
     )
     parser.add_argument("out_dir", help="an export directory")
-    parser.add_argument("--signature", default=DEFAULT_SIGNATURE, help="which ONNX file: serving_default -> model.onnx, NAME -> NAME.onnx")
+    parser.add_argument(
+        "--signature",
+        default=DEFAULT_SIGNATURE,
+        help="which ONNX file: serving_default -> model.onnx, NAME -> NAME.onnx",
+    )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--inputs", help="JSON: {input name: value} (strings are tokenised with vocabulary.json)")
     source.add_argument("--inputs-file", help="a JSON file with the inputs")
     source.add_argument("--texts", help="a text file, one input text a line ('-': stdin); prints text<TAB>decoded")
     parser.add_argument("--batch-size", type=int, default=256, help="with --texts: texts per batch")
-    parser.add_argument("--runs", type=int, default=100, help="timed runs")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed runs first")
+    parser.add_argument("--runs", type=int, default=100, help="timed runs after the one that prints (0: no timing)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed runs before the timed ones")
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
-    parser.add_argument("--all-outputs", action="store_true", help="also print every output tensor (alignments, scores, ...)")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--all-outputs", action="store_true", help="also print every output tensor (alignments, scores, ...)"
+    )
+    args = parser.parse_args(argv)
+    for flag in ("runs", "warmup"):
+        if getattr(args, flag) < 0:
+            parser.error(f"argument --{flag}: expected an integer >= 0, got {getattr(args, flag)}")
+    return args
 
 
 def _read_inputs(args):
@@ -102,6 +115,22 @@ def _translations(result):
     return rows
 
 
+def _latency(run, runs, warmup):
+    """{"p50", "p90", "p99", "mean" (ms), "runs"} of `runs` timed calls of
+    `run` after `warmup` untimed ones (onnxruntime's first runs allocate and
+    plan; they are not what serving costs)."""
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(runs):
+        begin = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - begin) * 1000.0)
+    latency = {f"p{q}": float(np.percentile(times, q)) for q in (50, 90, 99)}
+    latency.update(mean=float(np.mean(times)), runs=runs)
+    return latency
+
+
 def _print_tensors(outputs):
     for name, value in outputs.items():
         print(f"{name} {value.dtype} {tuple(value.shape)}:")
@@ -116,9 +145,15 @@ def main(argv=None):
     try:
         if args.texts is not None:
             texts = _read_texts(args.texts)
-            decoded = translate_texts(args.out_dir, texts, signature=args.signature, batch_size=args.batch_size, threads=args.threads)
+            decoded = translate_texts(
+                args.out_dir, texts, signature=args.signature, batch_size=args.batch_size, threads=args.threads
+            )
         else:
-            result = run_onnx(args.out_dir, _read_inputs(args), signature=args.signature, runs=args.runs, warmup=args.warmup, threads=args.threads)
+            model = _OnnxSignature(args.out_dir, args.signature, args.threads)
+            feeds = model.feeds(_read_inputs(args))
+            outputs = model.run(feeds)
+            result = {"outputs": outputs, "text": model.texts(outputs)}
+            latency = _latency(lambda: model.run(feeds), args.runs, args.warmup) if args.runs else None
     except Exception as error:
         print(error_line(error), file=sys.stderr)
         return 1
@@ -126,7 +161,6 @@ def main(argv=None):
         for text, output in zip(texts, decoded):
             print(f"{text}\t{output}")
         return 0
-    latency = result["latency_ms"]
     rows = _translations(result)
     # Without text, the outputs are what was asked for.
     show_tensors = args.all_outputs or rows is None
@@ -136,7 +170,8 @@ def main(argv=None):
             document["translations"] = rows
         if show_tensors:
             document["outputs"] = {name: value.tolist() for name, value in result["outputs"].items()}
-        document["latency_ms"] = latency
+        if latency is not None:
+            document["latency_ms"] = latency
         print(json.dumps(document, ensure_ascii=False))
         return 0
     if rows is not None:
@@ -144,9 +179,10 @@ def main(argv=None):
             print(row["text"])
     if show_tensors:
         _print_tensors(result["outputs"])
-    print(
-        f"latency over {latency['runs']} runs (ms): p50 {latency['p50']:.3f}  p90 {latency['p90']:.3f}  "
-        f"p99 {latency['p99']:.3f}  mean {latency['mean']:.3f}",
-        file=sys.stderr,
-    )
+    if latency is not None:
+        print(
+            f"latency over {latency['runs']} runs (ms): p50 {latency['p50']:.3f}  p90 {latency['p90']:.3f}  "
+            f"p99 {latency['p99']:.3f}  mean {latency['mean']:.3f}",
+            file=sys.stderr,
+        )
     return 0

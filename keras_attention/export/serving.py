@@ -1,7 +1,6 @@
 """Serving an export with onnxruntime: `run_onnx` (inputs checked against
-the model, timed) and `translate_texts` (strings in, strings out)."""
+the model, one run) and `translate_texts` (strings in, strings out)."""
 
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -101,16 +100,86 @@ def _embedding_rows(path):
     return rows
 
 
-def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, runs=100, warmup=5, threads=None):
-    """Run an exported ONNX signature with onnxruntime and time it.
+class _OnnxSignature:
+    """One signature of an export, loaded in onnxruntime: `feeds` checks and
+    tokenises inputs, `run` runs the model once, `texts` detokenises ids.
+
+    `run_onnx` is one pass through it; the serve command keeps it to time
+    repeated runs of the same feeds.
+    """
+
+    def __init__(self, directory, signature=DEFAULT_SIGNATURE, threads=None):
+        directory = Path(directory)
+        self.path = directory / _onnx_file(signature)
+        if not self.path.is_file():
+            available = sorted(p.name for p in directory.glob("*.onnx")) if directory.is_dir() else []
+            raise FileNotFoundError(
+                f"no ONNX file {str(self.path)!r} for signature {signature!r}; found {available or 'none'} in {str(directory)!r}."
+            )
+        self.directory, self.signature = directory, signature
+        self.vocabulary = load_vocabulary(directory) if (directory / VOCABULARY_FILE).is_file() else None
+        self.session = _session(self.path, threads)
+        self.specs = {i.name: i for i in self.session.get_inputs()}
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def feeds(self, inputs):
+        """{input name: array} for onnxruntime, or a ValueError naming the input."""
+        specs = self.specs
+        if not isinstance(inputs, Mapping):
+            if len(specs) != 1:
+                raise ValueError(f"`inputs` must be {{input name: value}} for a model with inputs {list(specs)}; got {type(inputs).__name__}.")
+            inputs = {next(iter(specs)): inputs}
+        missing, unknown = set(specs) - set(inputs), set(inputs) - set(specs)
+        if missing or unknown:
+            raise ValueError(f"`inputs` has keys {sorted(inputs)}; the model expects exactly {list(specs)}.")
+        rows = _embedding_rows(self.path)
+        feeds = {}
+        for name, value in inputs.items():
+            dtype = _ONNX_TYPES.get(specs[name].type)
+            if _is_text(value):
+                if self.vocabulary is None:
+                    raise ValueError(f"input {name!r} is text but {str(self.directory)!r} has no {VOCABULARY_FILE} to tokenise it.")
+                feeds[name] = encode_strings(value, self.vocabulary, dtype or np.int32)
+            else:
+                feeds[name] = _feed(name, value, specs[name], dtype)
+            _check_ids(name, feeds[name], rows.get(name))
+        return feeds
+
+    def run(self, feeds):
+        """{output name: array}: one run of the model on checked `feeds`."""
+        try:
+            values = self.session.run(None, feeds)
+        except Exception as error:  # onnxruntime's own exception types
+            raise RuntimeError(
+                f"run_onnx: onnxruntime failed on signature {self.signature!r} with inputs "
+                f"{ {n: list(v.shape) for n, v in feeds.items()} }: {error}"
+            ) from error
+        return dict(zip(self.output_names, values))
+
+    def texts(self, outputs):
+        """{output name: strings} for the integer outputs named `ids` or `..._ids`
+        (none without a vocabulary)."""
+        if self.vocabulary is None:
+            return {}
+        return {
+            name: decode_ids(value, self.vocabulary)
+            for name, value in outputs.items()
+            if (name == "ids" or name.endswith("_ids")) and value.dtype.kind in "iu"
+        }
+
+
+def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, threads=None):
+    """Run an exported ONNX signature once with onnxruntime.
 
     `inputs` is {input name: array or nested list}; with a `vocabulary.json`
     next to the model, strings (or lists of strings) are tokenised
     character-wise, and a bare string or list of strings feeds a model's only
     input. Integer outputs named `ids` (or `..._ids`) are also detokenised.
 
-    Returns {"outputs": {name: array}, "text": {name: strings}, "latency_ms":
-    {"p50", "p90", "p99", "mean", "runs"}}.
+    Returns {"inputs": {name: shape fed}, "outputs": {name: array}, "text":
+    {name: strings}}. Timing is not its business: the serve command
+    (`--runs`, `--warmup`) and `benchmarks/bench_serving.py` time repeated
+    runs.
 
     Raises ValueError naming the input when a value does not fit it: not a
     nested list of numbers, another rank, non-integers for integer ids, ids
@@ -121,59 +190,13 @@ def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, runs=100, warmup=5,
 
     ```python
     result = run_onnx("exports/dates", {"source": ["March 3, 2001"]}, signature="translate")
-    print(result["text"]["ids"], result["latency_ms"]["p50"])
+    print(result["text"]["ids"])  # ["2001-03-03"]
     ```
     """
-    directory = Path(directory)
-    path = directory / _onnx_file(signature)
-    if not path.is_file():
-        available = sorted(p.name for p in directory.glob("*.onnx")) if directory.is_dir() else []
-        raise FileNotFoundError(f"no ONNX file {str(path)!r} for signature {signature!r}; found {available or 'none'} in {str(directory)!r}.")
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise ValueError(f"`runs` must be a positive integer; got {runs!r}.")
-    vocabulary = load_vocabulary(directory) if (directory / VOCABULARY_FILE).is_file() else None
-    session = _session(path, threads)
-    specs = {i.name: i for i in session.get_inputs()}
-    if not isinstance(inputs, Mapping):
-        if len(specs) != 1:
-            raise ValueError(f"`inputs` must be {{input name: value}} for a model with inputs {list(specs)}; got {type(inputs).__name__}.")
-        inputs = {next(iter(specs)): inputs}
-    missing, unknown = set(specs) - set(inputs), set(inputs) - set(specs)
-    if missing or unknown:
-        raise ValueError(f"`inputs` has keys {sorted(inputs)}; the model expects exactly {list(specs)}.")
-    rows = _embedding_rows(path)
-    feeds = {}
-    for name, value in inputs.items():
-        dtype = _ONNX_TYPES.get(specs[name].type)
-        if _is_text(value):
-            if vocabulary is None:
-                raise ValueError(f"input {name!r} is text but {str(directory)!r} has no {VOCABULARY_FILE} to tokenise it.")
-            feeds[name] = encode_strings(value, vocabulary, dtype or np.int32)
-        else:
-            feeds[name] = _feed(name, value, specs[name], dtype)
-        _check_ids(name, feeds[name], rows.get(name))
-    try:
-        for _ in range(warmup):
-            session.run(None, feeds)
-        times = []
-        for _ in range(runs):
-            begin = time.perf_counter()
-            values = session.run(None, feeds)
-            times.append((time.perf_counter() - begin) * 1000.0)
-    except Exception as error:  # onnxruntime's own exception types
-        raise RuntimeError(
-            f"run_onnx: onnxruntime failed on signature {signature!r} with inputs "
-            f"{ {n: list(v.shape) for n, v in feeds.items()} }: {error}"
-        ) from error
-    outputs = dict(zip([o.name for o in session.get_outputs()], values))
-    text = {}
-    if vocabulary is not None:
-        for name, value in outputs.items():
-            if (name == "ids" or name.endswith("_ids")) and value.dtype.kind in "iu":
-                text[name] = decode_ids(value, vocabulary)
-    latency = {f"p{q}": float(np.percentile(times, q)) for q in (50, 90, 99)}
-    latency.update(mean=float(np.mean(times)), runs=runs)
-    return {"inputs": {n: list(v.shape) for n, v in feeds.items()}, "outputs": outputs, "text": text, "latency_ms": latency}
+    model = _OnnxSignature(directory, signature, threads)
+    feeds = model.feeds(inputs)
+    outputs = model.run(feeds)
+    return {"inputs": {n: list(v.shape) for n, v in feeds.items()}, "outputs": outputs, "text": model.texts(outputs)}
 
 
 def translate_texts(directory, texts, signature=DEFAULT_SIGNATURE, batch_size=256, threads=None):
