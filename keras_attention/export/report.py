@@ -110,7 +110,7 @@ class ExportReport:
         """A Markdown table, one row per signature and output, one column per format (max |diff|).
 
         The README's layer x format coverage table is this, for a model with
-        one output per layer.
+        one output per layer (`tools/export_coverage_table.py`).
         """
         formats = list(dict.fromkeys(row.format for row in self.parity))
         cells = {}
