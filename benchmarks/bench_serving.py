@@ -61,7 +61,7 @@ def run(quick, log):
 
     cfg = QUICK if quick else FULL
     dates, greedy, beam = build(log)
-    x = dates.encode_source([DATE])
+    x = dates.SOURCE.encode([DATE])
     with tempfile.TemporaryDirectory() as directory:
         export_dir = os.path.join(directory, "export")
         begin = time.perf_counter()

@@ -26,6 +26,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_attention as ka  # noqa: E402
+from keras_attention.export.vocabulary import vocabulary_json  # noqa: E402
+from keras_attention.text import Vocabulary  # noqa: E402
 
 MONTHS = ["january", "february", "march", "april", "may", "june", "july",
           "august", "september", "october", "november", "december"]
@@ -33,11 +35,11 @@ WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", 
 FIRST_DAY, DAYS = datetime.date(1950, 1, 1), 36524  # 1950-01-01 .. 2049-12-31
 
 SOURCE_ALPHABET = " ,-./0123456789abcdefghijklmnopqrstuvwxyz"
-SOURCE_TOKENS = ["<pad>", "<unk>"] + list(SOURCE_ALPHABET)
-TARGET_TOKENS = ["<pad>", "<start>", "<end>"] + list("-0123456789")
-PAD, START, END = 0, 1, 2
-# Written next to the exported model: the serving script tokenises with it.
-VOCABULARY = {"source": SOURCE_TOKENS, "target": TARGET_TOKENS, "lowercase": True, "start": START, "end": END}
+# Lower-cased characters, anything else <unk>. Written next to the exported
+# model as vocabulary.json, so the serving side tokenises exactly as training did.
+SOURCE = Vocabulary(["<pad>", "<unk>", *SOURCE_ALPHABET], unknown_token="<unk>", lowercase=True)
+TARGET = Vocabulary(["<pad>", "<start>", "<end>", *"-0123456789"], start_token="<start>", end_token="<end>")
+START, END = TARGET.start_id, TARGET.end_id
 TARGET_LENGTH = 11  # "YYYY-MM-DD" and the end token
 
 
@@ -97,28 +99,6 @@ def make_dates(count, rng, exclude=()):
     return pairs
 
 
-def encode_source(texts):
-    """Lower-cased character ids, unknown characters as <unk>, right-padded
-    with 0: the same tokenisation the exported model is served with."""
-    return ka.export.encode_strings(texts, VOCABULARY)
-
-
-def encode_target(isos):
-    index = {t: i for i, t in enumerate(TARGET_TOKENS)}
-    ids = np.array([[index[c] for c in iso] + [END] for iso in isos], "int32")
-    decoder_inputs = np.concatenate([np.full((len(isos), 1), START, "int32"), ids[:, :-1]], axis=1)
-    return decoder_inputs, ids
-
-
-def decode_target(ids):
-    text = []
-    for token in ids:
-        if token == END:
-            break
-        text.append(TARGET_TOKENS[token] if token >= 3 else "?")
-    return "".join(text)
-
-
 # ----------------------------------------------------------------------- model
 
 
@@ -131,12 +111,12 @@ def build_models(units=128, embedding=32, attention_units=64, beam_width=5):
     target_in = keras.Input((None,), dtype="int32", name="target_in")
     memory, _, backward = keras.layers.Bidirectional(
         keras.layers.GRU(units // 2, return_sequences=True, return_state=True), name="encoder"
-    )(keras.layers.Embedding(len(SOURCE_TOKENS), embedding, mask_zero=True, name="source_embedding")(source))
+    )(keras.layers.Embedding(len(SOURCE), embedding, mask_zero=True, name="source_embedding")(source))
     initial_state = keras.layers.Dense(units, activation="tanh", name="initial_state")(backward)
 
     cell = ka.AttentionGRUCell(units, ka.AdditiveAttention(attention_units), name="attention_gru")
-    target_embedding = keras.layers.Embedding(len(TARGET_TOKENS), embedding, name="target_embedding")
-    readout = keras.layers.Dense(len(TARGET_TOKENS), dtype="float32", name="readout")
+    target_embedding = keras.layers.Embedding(len(TARGET), embedding, name="target_embedding")
+    readout = keras.layers.Dense(len(TARGET), dtype="float32", name="readout")
     outputs = ka.AttentionDecoder(cell, name="decoder")(target_embedding(target_in), memory, initial_state=[initial_state])
     trainer = keras.Model([source, target_in], readout(outputs), name="dates_trainer")
 
@@ -155,14 +135,14 @@ def translate(model, texts, batch_size=500):
     produced token labels with their alignment rows."""
     results, alignments = [], []
     for start in range(0, len(texts), batch_size):
-        batch = encode_source(texts[start : start + batch_size])
+        batch = SOURCE.encode(texts[start : start + batch_size])
         output = common.predict(model, batch, batch_size=len(batch))
         ids, align, lengths = (np.asarray(output[k]) for k in ("ids", "alignments", "lengths"))
         if ids.ndim == 3:  # beam search: keep the best beam
             ids, align, lengths = ids[:, 0], align[:, 0], lengths[:, 0]
-        results += [decode_target(row) for row in ids]
+        results += TARGET.detokenize(ids)
         alignments += [
-            ([TARGET_TOKENS[t] for t in row[:length]], weights[:length])
+            ([TARGET.id_to_token(t) for t in row[:length]], weights[:length])
             for row, weights, length in zip(ids, align, lengths)
         ]
     return results, alignments
@@ -171,7 +151,7 @@ def translate(model, texts, batch_size=500):
 def plot_examples(texts, predictions, alignments, out, count=4):
     paths = []
     for i in range(count):
-        source = list(texts[i].lower())
+        source = SOURCE.tokenize(texts[i])
         target, weights = alignments[i]
         weights = weights[:, : len(source)]
         path = os.path.join(out, f"attention_{i}.png")
@@ -194,8 +174,8 @@ def main(argv=None):
     test_size = 200 if args.smoke else 2000
     test = make_dates(test_size, np.random.default_rng(10_000 + args.seed))
     train = make_dates(args.samples, rng, exclude=[human.lower() for human, _ in test])
-    train_source = encode_source([h for h, _ in train])
-    train_in, train_out = encode_target([iso for _, iso in train])
+    train_source = SOURCE.encode([h for h, _ in train])
+    train_in, train_out = TARGET.encode_targets([iso for _, iso in train])
 
     with strategy.scope():
         trainer, greedy, beam = build_models()
@@ -227,16 +207,16 @@ def main(argv=None):
         np.mean([x == y for x, y in zip(p.ljust(10), a)]) for p, a in zip(greedy_predictions, answers)
     ]))
     plots = plot_examples(texts, greedy_predictions, alignments, args.out)
-    with open(os.path.join(args.out, "vocabulary.json"), "w") as f:
-        json.dump(VOCABULARY, f, indent=1)
+    with open(os.path.join(args.out, "vocabulary.json"), "w", encoding="utf-8") as f:
+        f.write(vocabulary_json({"source": SOURCE, "target": TARGET}))
 
     # Real dates for the export's parity check, per signature: the decoders
     # take date strings (tokenised with vocabulary.json), the teacher-forced
     # model ids and its shifted targets.
     decoder_batches = [{"source": texts[:8]}, {"source": texts[8:11]}]
-    target_in, _ = encode_target(answers[:8])
+    target_in, _ = TARGET.encode_targets(answers[:8])
     samples = {
-        "serving_default": [{"source": encode_source(texts[:8]).tolist(), "target_in": target_in.tolist()}],
+        "serving_default": [{"source": SOURCE.encode(texts[:8]).tolist(), "target_in": target_in.tolist()}],
         "translate": decoder_batches,
         "translate_beam": decoder_batches,
     }

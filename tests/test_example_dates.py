@@ -12,6 +12,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import translate_dates  # noqa: E402
 
+from keras_attention.export import load_vocabulary  # noqa: E402
+
 
 def run(out, *extra):
     completed = subprocess.run(
@@ -33,6 +35,8 @@ def test_smoke_run_writes_its_outputs(distribute, tmp_path):
     assert results["greedy_character_accuracy"] > 0.12
     for name in ("dates_trainer.keras", "dates_greedy.keras", "dates_beam.keras", "checkpoint.keras", "vocabulary.json", "sample_inputs.json", "attention_0.png"):
         assert (tmp_path / name).stat().st_size > 0, name
+    # The vocabularies the model was trained with, as the export ships them.
+    assert load_vocabulary(tmp_path) == {"source": translate_dates.SOURCE, "target": translate_dates.TARGET}
     assert "exact match on 200 held-out dates" in stdout
 
 
@@ -52,12 +56,20 @@ def test_every_format_maps_to_its_iso_date():
     assert len({h.lower() for h, _ in pairs}) == 300, "inputs are unique"
 
 
-def test_encoding_round_trip():
-    decoder_inputs, targets = translate_dates.encode_target(["2015-03-03"])
-    assert translate_dates.decode_target(targets[0]) == "2015-03-03"
-    assert decoder_inputs[0, 0] == translate_dates.START and targets[0, -1] == translate_dates.END
-    ids = translate_dates.encode_source(["Mar 3, 2015", "3/3/15"])
-    assert ids.shape == (2, 11) and (ids[1, 6:] == 0).all()
+def test_the_vocabularies_round_trip_with_the_ids_the_model_was_built_on():
+    import numpy as np
+
+    source, target = translate_dates.SOURCE, translate_dates.TARGET
+    assert (len(source), len(target), translate_dates.START, translate_dates.END) == (43, 14, 1, 2)
+    decoder_inputs, targets = target.encode_targets(["2015-03-03"])
+    np.testing.assert_array_equal(targets, [[6, 4, 5, 9, 3, 4, 7, 3, 4, 7, 2]])
+    np.testing.assert_array_equal(decoder_inputs, [[1, 6, 4, 5, 9, 3, 4, 7, 3, 4, 7]])
+    assert target.detokenize(targets) == ["2015-03-03"]
+    ids = source.encode(["Mar 3, 2015", "3/3/15"])
+    assert ids.shape == (2, 11)
+    np.testing.assert_array_equal(ids[1], [10, 6, 10, 6, 8, 12, 0, 0, 0, 0, 0])
+    # Lower-cased first; a character outside the alphabet is <unk> (id 1).
+    np.testing.assert_array_equal(source.encode(["M", "m!"]), [[29, 0], [29, 1]])
 
 
 def test_smoke_model_exports_with_its_decoders(tmp_path):
@@ -89,6 +101,6 @@ def test_smoke_model_exports_with_its_decoders(tmp_path):
     dates = ["3/3/15", "Mar 3, 2015"]
     served = ka.export.run_onnx(tmp_path / "export", {"source": dates}, signature="translate")
     greedy = keras.models.load_model(out / "dates_greedy.keras")
-    want = np.asarray(greedy.predict(translate_dates.encode_source(dates), verbose=0)["ids"])
+    want = np.asarray(greedy.predict(translate_dates.SOURCE.encode(dates), verbose=0)["ids"])
     np.testing.assert_array_equal(served["outputs"]["ids"], want)
-    assert served["text"]["ids"] == ka.export.decode_ids(want, translate_dates.VOCABULARY)
+    assert served["text"]["ids"] == translate_dates.TARGET.detokenize(want)

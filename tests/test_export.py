@@ -333,7 +333,7 @@ def test_vocabulary_helpers(tmp_path):
     ids = encode_strings(["ab", "b", ""], TOY_VOCABULARY)
     np.testing.assert_array_equal(ids, [[1, 2], [2, 0], [0, 0]])
     assert decode_ids([[1, 3, 4, 2, 5], [0, 0, 0, 0, 0]], TOY_VOCABULARY) == ["xy", ""]
-    # The dates example's style: ids for start/end, lower-casing, "<unk>" for the rest.
+    # The older list form (what the dates example once wrote): ids for start/end, lower-casing, "<unk>" for the rest.
     (tmp_path / "vocabulary.json").write_text(json.dumps(
         {"source": ["<pad>", "<unk>", "a", "b"], "target": ["<pad>", "<start>", "<end>", "1", "2"], "lowercase": True, "start": 1, "end": 2}
     ))
