@@ -5,7 +5,8 @@
     python export/serve_onnx.py OUT_DIR --signature pronounce --texts words.txt [--batch-size 256]
 
 A thin wrapper over `keras_attention.export.serve_cli.main`, also installed
-as the `keras-attention-serve` command (its docstring and `--help` say more).
+as the `keras-attention-serve` command (its docstring and `--help` say more;
+export/README.md is the serving guide).
 """
 
 import os
