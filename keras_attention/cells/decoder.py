@@ -27,7 +27,7 @@ class AttentionDecoder(keras.layers.Layer):
 
     Speed: the loop runs one step per target position. For small models XLA
     (`jit_compile=True`, off on CPU by default) removes per-step overhead
-    (the benchmark's training step is about 1.5x faster with it); for
+    (`benchmarks/results.md` has the measured step times); for
     compute-bound models, or with `Dropout` on CPU (XLA's random generator
     is slow there), it can be slower: time an epoch both ways. A wrapper
     without input feeding does not need the loop: a Keras RNN layer followed

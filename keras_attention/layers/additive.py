@@ -31,8 +31,8 @@ def _dense_score(projected_query, projected_key, vector, activation):
     )  # (B, Tq, Tv, units)
     # An einsum, not a tensordot (whose dynamic reshapes XLA cannot compile
     # inside a decoder's loop gradient) nor a broadcast multiply-and-sum
-    # (whose backward tiles the (B, Tq, Tv, units) block): it trains a
-    # decoder step 10-15% faster than the latter, with or without XLA.
+    # (whose backward tiles the (B, Tq, Tv, units) block, a slower decoder
+    # step with or without XLA: benchmarks/results.md, decoder section).
     return ops.einsum("bqvu,u->bqv", hidden, vector)
 
 

@@ -22,7 +22,8 @@ class ConcatAttention(WeightSettings, BaseAttention):
         units=u:     e_i = v^T act(W [k_i ; q])              W: (u, dk + dq), v: (u,)
         alpha = softmax(e) over valid positions,   c = sum_i alpha_i v_i
 
-    The linear form is the "concat" score of the source notes (eq. 6). Its
+    The linear form (one weight vector over the concatenation, no hidden
+    layer) is how attention tutorials often write the "concat" score. Its
     query part `w_q^T q` is the same for every position, so it cancels in the
     softmax: the weights depend on the keys alone, and the layer acts as
     attention pooling with a learned vector. It is offered for completeness

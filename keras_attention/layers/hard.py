@@ -52,8 +52,8 @@ class HardAttention(BaseAttention):
                         (drawn by Gumbel-max: n = argmax_i (e_i + g_i),
                          g_i = -log(-log u_i), u_i ~ U(0, 1))
 
-    The weights returned are one-hot. Selection is not differentiable, so the
-    source notes train it with reinforcement learning. With
+    The weights returned are one-hot. Selection is not differentiable, so Xu
+    et al. train it with a REINFORCE-style estimator. With
     `straight_through=True` (the default), training uses the straight-through
     Gumbel-softmax estimator (Jang, Gu & Poole 2017): the forward pass is the
     one-hot selection, the backward pass is the gradient of the relaxed

@@ -8,14 +8,14 @@ itself ("hard" mode) runs in linear time.
 """
 
 import keras
-import numpy as np
 from keras import ops
 
+from keras_attention._precision import softmax_dtype
 from keras_attention.layers import _checks
 from keras_attention.layers.additive import AdditiveAttention
 from keras_attention.layers.dot import dot_scores
 from keras_attention.layers.general import GeneralAttention
-from keras_attention._precision import softmax_dtype
+from keras_attention.ops import safe_cumprod
 
 __all__ = ["BahdanauMonotonicAttention", "LuongMonotonicAttention", "monotonic_alignment"]
 
@@ -30,15 +30,9 @@ def _shift_right(x):
 
 
 def _exclusive_cumprod(x):
-    """`prod_{k<j} x_k` along the last axis, for `x` in [0, 1].
-
-    Computed as `exp(exclusive_cumsum(log x))` because ONNX has no CumProd
-    op; `x` is clipped at the dtype's smallest normal number first so the
-    log stays finite (as tfa's `safe_cumprod`).
-    """
-    tiny = float(np.finfo(keras.backend.standardize_dtype(x.dtype)).tiny)
-    logs = ops.log(ops.clip(x, tiny, 1.0))
-    return ops.exp(_shift_right(ops.cumsum(logs, axis=-1)))
+    """`prod_{k<j} x_k` along the last axis, for `x` in [0, 1] (tfa's
+    `safe_cumprod`: through logs, since ONNX has no CumProd)."""
+    return safe_cumprod(x, axis=-1, exclusive=True)
 
 
 def _parallel(p_choose, previous):
