@@ -32,9 +32,8 @@ projection the library saves grows with Ts, but so does the attention's
 import json
 import os
 
-import numpy as np
-
 import common
+import numpy as np
 
 FULL = dict(batch=64, source_length=32, target_length=32, embedding=64, units=128, vocabulary=1000)
 QUICK = dict(batch=4, source_length=6, target_length=5, embedding=8, units=16, vocabulary=50)
@@ -192,10 +191,14 @@ def run(quick, log, want_tfa=True, build_tfa=False, repeats=None, profile=None):
     x = [source, target_in]
 
     sides = {}
-    result = {"config": cfg, "steps_per_rep": number, "method": (
-        "train_on_batch (Keras) / tf.function train step (tfa) on one fixed batch; "
-        f"{repeats} alternating rounds after 1 warm-up round, {number} steps per round; median per step"
-    )}
+    result = {
+        "config": cfg,
+        "steps_per_rep": number,
+        "method": (
+            "train_on_batch (Keras) / tf.function train step (tfa) on one fixed batch; "
+            f"{repeats} alternating rounds after 1 warm-up round, {number} steps per round; median per step"
+        ),
+    }
     peers = {}
     if want_tfa:
         available, reason = tfa_status()
@@ -205,8 +208,9 @@ def run(quick, log, want_tfa=True, build_tfa=False, repeats=None, profile=None):
         if available:
             log("  starting the tfa workers ...")  # they start up while ours build
             # (--quick keeps one tfa worker: the suite check, not the figures.)
-            peers = {name: _tfa_worker(cfg, jit) for name, jit in (("tfa", False), ("tfa_xla", True))
-                     if not (quick and jit)}
+            peers = {
+                name: _tfa_worker(cfg, jit) for name, jit in (("tfa", False), ("tfa_xla", True)) if not (quick and jit)
+            }
         else:
             result["tfa_skipped"] = reason
             log(f"  tfa peer skipped: {reason}")
@@ -224,7 +228,7 @@ def run(quick, log, want_tfa=True, build_tfa=False, repeats=None, profile=None):
         if quick and name in ("plain_keras_xla", "gru_no_attention_xla"):
             continue
         models[name] = builder(cfg, jit)
-        sides[name] = (lambda m=models[name]: m.train_on_batch(x, target_out))
+        sides[name] = lambda m=models[name]: m.train_on_batch(x, target_out)
     parameters = {name: int(sum(np.prod(w.shape) for w in m.trainable_weights)) for name, m in models.items()}
 
     for name, peer in peers.items():
@@ -251,8 +255,11 @@ def run(quick, log, want_tfa=True, build_tfa=False, repeats=None, profile=None):
         result["speedup"]["xla_vs_tfa"] = common.ratio(med["tfa"], med["keras_attention_xla"])
     if "tfa_xla" in med:
         result["speedup"]["xla_vs_tfa_xla"] = common.ratio(med["tfa_xla"], med["keras_attention_xla"])
-    best = {side: min(v for k, v in med.items() if k in (side, side + "_xla"))
-            for side in ("keras_attention", "plain_keras", "tfa", "gru_no_attention") if side in med}
+    best = {
+        side: min(v for k, v in med.items() if k in (side, side + "_xla"))
+        for side in ("keras_attention", "plain_keras", "tfa", "gru_no_attention")
+        if side in med
+    }
     result["best_ms"] = best
     result["best_vs_best"] = {
         f"vs_{side}": common.ratio(best[side], best["keras_attention"]) for side in best if side != "keras_attention"
@@ -261,7 +268,8 @@ def run(quick, log, want_tfa=True, build_tfa=False, repeats=None, profile=None):
     result["train_gflop"] = {k: round(v / 1e9, 3) for k, v in flops.items()}
     result["achieved_gflops"] = {
         name: round(flops["plain" if name.startswith("plain") else "ours"] / (ms / 1000) / 1e9, 1)
-        for name, ms in med.items() if not name.startswith("gru")
+        for name, ms in med.items()
+        if not name.startswith("gru")
     }
     result["targets"] = {"vs_tfa": 1.5, "vs_plain_keras": 2.0}
     if profile:
@@ -279,17 +287,25 @@ def source_length_probe(cfg, log, lengths=(64, 128), repeats=5):
         probe = dict(cfg, source_length=length)
         source, target_in, target_out = data(probe)
         x = [source, target_in]
-        models = {"keras_attention": build_ours(probe), "keras_attention_xla": build_ours(probe, True),
-                  "plain_keras": build_plain(probe)}
-        sides = {name: (lambda m=m: m.train_on_batch(x, target_out)) for name, m in models.items()}
+        models = {
+            "keras_attention": build_ours(probe),
+            "keras_attention_xla": build_ours(probe, True),
+            "plain_keras": build_plain(probe),
+        }
+        sides = {name: (lambda m=m, x=x, y=target_out: m.train_on_batch(x, y)) for name, m in models.items()}
         log(f"  source length {length}:")
         times = common.alternate(sides, repeats, warmup=1, number=2, log=log)
         med = {name: common.summary(t)["median_ms"] for name, t in times.items()}
-        rows.append({
-            "source_length": length, "step_ms": med,
-            "vs_plain_keras": common.ratio(med["plain_keras"], med["keras_attention"]),
-            "best_vs_plain_keras": common.ratio(med["plain_keras"], min(med["keras_attention"], med["keras_attention_xla"])),
-        })
+        rows.append(
+            {
+                "source_length": length,
+                "step_ms": med,
+                "vs_plain_keras": common.ratio(med["plain_keras"], med["keras_attention"]),
+                "best_vs_plain_keras": common.ratio(
+                    med["plain_keras"], min(med["keras_attention"], med["keras_attention_xla"])
+                ),
+            }
+        )
     return rows
 
 
@@ -302,7 +318,9 @@ def train_flops(cfg):
     """Floating-point operations of one training step (3x the forward's
     matmul FLOPs: forward, and two products per matmul in the backward).
     Elementwise work (tanh, softmax, gates) is left out."""
-    b, ts, tt, e, u, v = (cfg[k] for k in ("batch", "source_length", "target_length", "embedding", "units", "vocabulary"))
+    b, ts, tt, e, u, v = (
+        cfg[k] for k in ("batch", "source_length", "target_length", "embedding", "units", "vocabulary")
+    )
     encoder = 2 * b * ts * e * u
     keys = 2 * b * ts * u * u
     step = 2 * b * ((e + u) * 3 * u + u * 3 * u)  # GRU on [y ; a_{t-1}]

@@ -25,9 +25,8 @@ import dataclasses
 import os
 import sys
 
-import numpy as np
-
 import common
+import numpy as np
 
 EXAMPLE = os.path.join(common.ROOT, "examples", "g2p")
 FULL = dict(batch=128, fit_batches=16, decode_words=256, max_length=16)
@@ -38,10 +37,11 @@ TINY_MODEL = dict(embedding=8, encoder_units=8, encoder_layers=1, decoder_units=
 def _example():
     if EXAMPLE not in sys.path:
         sys.path.insert(0, EXAMPLE)
-    import data
     import model
     import train
     import training
+
+    import data
 
     return data, model, train, training
 
@@ -61,7 +61,9 @@ def _no_attention_trainer(letters, phones, config):
         )(hidden)
     forward_h, forward_c, backward_h, backward_c = states
     initial = [
-        keras.layers.Dense(config.decoder_units, activation="tanh")(keras.layers.Concatenate()([forward_h, backward_h])),
+        keras.layers.Dense(config.decoder_units, activation="tanh")(
+            keras.layers.Concatenate()([forward_h, backward_h])
+        ),
         keras.layers.Dense(config.decoder_units)(keras.layers.Concatenate()([forward_c, backward_c])),
     ]
     outputs = keras.layers.LSTM(config.decoder_units, return_sequences=True)(
@@ -115,8 +117,9 @@ def run(quick, log, repeats=None):
         for bx, by, bw in all_batches:
             trainer.train_on_batch(bx, by, sample_weight=bw)
 
-    fit_times = common.alternate({"fit": lambda: trainer.fit(batches, epochs=1, verbose=0), "train_on_batch": loop},
-                                 repeats, log=log)
+    fit_times = common.alternate(
+        {"fit": lambda: trainer.fit(batches, epochs=1, verbose=0), "train_on_batch": loop}, repeats, log=log
+    )
     result["fit_step"] = {name: common.summary(np.asarray(t) / len(batches)) for name, t in fit_times.items()}
     result["fit_vs_train_on_batch"] = round(
         result["fit_step"]["fit"]["median_ms"] / result["fit_step"]["train_on_batch"]["median_ms"], 3
@@ -129,12 +132,15 @@ def run(quick, log, repeats=None):
         _, beam = compiled("luong", beam_alignments=with_alignments)
         beam.predict_on_batch(encoded)  # trace
         beams["with_alignments" if with_alignments else "without_alignments"] = beam
-    decode = common.alternate({name: (lambda m=model: m.predict_on_batch(encoded)) for name, model in beams.items()},
-                              repeats, log=log)
+    decode = common.alternate(
+        {name: (lambda m=model: m.predict_on_batch(encoded)) for name, model in beams.items()}, repeats, log=log
+    )
     result["beam_decode"] = {name: common.summary(t) for name, t in decode.items()}
-    for name, summary in result["beam_decode"].items():
+    for summary in result["beam_decode"].values():
         summary["words_per_second"] = round(len(test_words) / (summary["median_ms"] / 1000.0), 1)
     result["alignments_cost"] = round(
-        result["beam_decode"]["with_alignments"]["median_ms"] / result["beam_decode"]["without_alignments"]["median_ms"], 3
+        result["beam_decode"]["with_alignments"]["median_ms"]
+        / result["beam_decode"]["without_alignments"]["median_ms"],
+        3,
     )
     return result

@@ -20,10 +20,9 @@ def gpu_name():
 
 
 def run(quick, log, repeats=None):
-    import keras
-
     import bench_decoder
     import bench_mha
+    import keras
 
     name = gpu_name()
     if name is None:
@@ -37,8 +36,9 @@ def run(quick, log, repeats=None):
         for jit in (False, True):
             keras.config.set_dtype_policy(policy)
             model = bench_decoder.build_ours(cfg, jit)
-            sides[f"{policy}{'_xla' if jit else ''}"] = (
-                lambda m=model: m.train_on_batch([source, target_in], target_out))
+            sides[f"{policy}{'_xla' if jit else ''}"] = lambda m=model: m.train_on_batch(
+                [source, target_in], target_out
+            )
     keras.config.set_dtype_policy("float32")
     times = common.alternate(sides, repeats, warmup=1, number=number, log=log)
     mha_cfg = bench_mha.QUICK if quick else bench_mha.FULL

@@ -31,9 +31,8 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 import common
+import numpy as np
 
 FULL = dict(batch=32, length=1024, units=256, value_dim=64, naive_batches=[1, 2], train=True, chunk="auto")
 # Quick: the "auto" chunk would not chunk such small inputs; force chunks of 8.
@@ -50,8 +49,8 @@ def _inputs(batch, length, units, value_dim, seed=0):
 
 def worker(variant, batch, length, units, value_dim, chunk, out_path):
     """Runs in a fresh process: measure one variant, write JSON (+ output)."""
-    import tensorflow as tf
     import keras
+    import tensorflow as tf
 
     import keras_attention as ka
 
@@ -75,6 +74,7 @@ def worker(variant, batch, length, units, value_dim, chunk, out_path):
     spec = [tf.TensorSpec([None, None, d]) for d in (units, value_dim, units)]
 
     if train:
+
         @tf.function(input_signature=spec)
         def fn(q, v, k):
             with tf.GradientTape() as tape:
@@ -99,8 +99,18 @@ def worker(variant, batch, length, units, value_dim, chunk, out_path):
 
 def _measure(variant, batch, cfg, directory, log):
     out = os.path.join(directory, f"{variant.replace(':', '_')}_{batch}.json")
-    argv = [sys.executable, os.path.abspath(__file__), "--worker", variant, str(batch),
-            str(cfg["length"]), str(cfg["units"]), str(cfg["value_dim"]), cfg["chunk"], out]
+    argv = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        variant,
+        str(batch),
+        str(cfg["length"]),
+        str(cfg["units"]),
+        str(cfg["value_dim"]),
+        cfg["chunk"],
+        out,
+    ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=common.ROOT)
     if proc.returncode != 0:
@@ -133,8 +143,15 @@ def run(quick, log):
         for variant, batch in variants:
             if (variant, batch) not in measured:
                 measured[variant, batch] = _measure(variant, batch, cfg, directory, log)
-            rows.append({"variant": variant, "B": batch, "peak_mib": measured[variant, batch]["peak_mib"],
-                         "seconds": measured[variant, batch]["seconds"], "naive_block_mib": block_mib(batch)})
+            rows.append(
+                {
+                    "variant": variant,
+                    "B": batch,
+                    "peak_mib": measured[variant, batch]["peak_mib"],
+                    "seconds": measured[variant, batch]["seconds"],
+                    "naive_block_mib": block_mib(batch),
+                }
+            )
         # Same result: at every batch both were run.
         max_diff = 0.0
         for nb in cfg["naive_batches"]:
@@ -144,14 +161,18 @@ def run(quick, log):
     naive_b = np.array(cfg["naive_batches"], float)
     naive_peak = np.array([measured["keras_naive", nb]["peak_mib"] for nb in cfg["naive_batches"]])
     slope, intercept = np.polyfit(naive_b, naive_peak, 1) if len(naive_b) > 1 else (naive_peak[0] / naive_b[0], 0.0)
-    naive_at_b = float(slope * b + intercept) if b not in cfg["naive_batches"] else float(measured["keras_naive", b]["peak_mib"])
+    naive_at_b = (
+        float(slope * b + intercept) if b not in cfg["naive_batches"] else float(measured["keras_naive", b]["peak_mib"])
+    )
     ours_at_b = measured["keras_attention", b]["peak_mib"]
     small = cfg["naive_batches"][-1]
     result = {
         "config": {k: cfg[k] for k in ("batch", "length", "units", "value_dim", "chunk")},
-        "method": ("fresh process per variant; peak RSS (VmHWM after the call, reset with "
-                   "/proc/self/clear_refs) minus RSS before it; naive extrapolated linearly in B "
-                   "from the measured batches when B is too large for this machine"),
+        "method": (
+            "fresh process per variant; peak RSS (VmHWM after the call, reset with "
+            "/proc/self/clear_refs) minus RSS before it; naive extrapolated linearly in B "
+            "from the measured batches when B is too large for this machine"
+        ),
         "rows": rows,
         "naive_block_mib_at_B": block_mib(b),
         "naive_peak_mib_at_B": round(naive_at_b, 1),
@@ -159,7 +180,8 @@ def run(quick, log):
         "ours_peak_mib_at_B": ours_at_b,
         "reduction_at_B": common.ratio(naive_at_b, ours_at_b),
         f"reduction_measured_at_B{small}": common.ratio(
-            measured["keras_naive", small]["peak_mib"], measured["keras_attention", small]["peak_mib"]),
+            measured["keras_naive", small]["peak_mib"], measured["keras_attention", small]["peak_mib"]
+        ),
         "max_abs_diff_vs_naive": max_diff,
         "targets": {"reduction": 8.0, "max_abs_diff": 1e-5},
     }

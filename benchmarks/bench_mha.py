@@ -13,9 +13,8 @@ in the same run: FLOP rate = 2 * (2 N T^2 d) / time for the attention (its two
 matmuls; the softmax counts as overhead) and 2 N T^2 d / time for the matmul.
 """
 
-import numpy as np
-
 import common
+import numpy as np
 
 FULL = dict(lengths=[128, 512, 2048], tokens=4096, d_model=256, num_heads=4, key_dim=64)
 QUICK = dict(lengths=[16, 32], tokens=64, d_model=16, num_heads=2, key_dim=8)
@@ -61,15 +60,18 @@ def run_mha(cfg, repeats, log):
         ours.set_weights(theirs.get_weights())
         np.testing.assert_allclose(np.asarray(ours(x, x)), np.asarray(theirs(x, x)), atol=1e-4)
         steps = {"keras_attention": _step_function(ours), "keras": _step_function(theirs)}
-        sides = {name: (lambda f=f: [g.numpy() for g in f(x, readout)[1][:1]]) for name, f in steps.items()}
+        sides = {name: (lambda f=f, x=x, r=readout: [g.numpy() for g in f(x, r)[1][:1]]) for name, f in steps.items()}
         log(f"  MHA T={length} B={batch}")
         times = common.alternate(sides, repeats, warmup=1, number=1, log=log)
         stats = {name: common.summary(t) for name, t in times.items()}
-        rows.append({
-            "T": length, "B": batch,
-            "fwd_bwd_ms": stats,
-            "speedup_vs_keras": common.ratio(stats["keras"]["median_ms"], stats["keras_attention"]["median_ms"]),
-        })
+        rows.append(
+            {
+                "T": length,
+                "B": batch,
+                "fwd_bwd_ms": stats,
+                "speedup_vs_keras": common.ratio(stats["keras"]["median_ms"], stats["keras_attention"]["median_ms"]),
+            }
+        )
     return rows
 
 
@@ -98,7 +100,10 @@ def run_flops(cfg, repeats, log):
     flops = {"scaled_dot_attention": 2 * matmul_flops, "matmul": matmul_flops, "two_matmuls": 2 * matmul_flops}
     rate = {name: flops[name] / (stats[name]["median_ms"] / 1000) / 1e9 for name in sides}
     return {
-        "N": n, "T": length, "d_head": d, "time_ms": stats,
+        "N": n,
+        "T": length,
+        "d_head": d,
+        "time_ms": stats,
         "gflops": {k: round(val, 2) for k, val in rate.items()},
         "fraction_of_matmul_rate": round(rate["scaled_dot_attention"] / rate["matmul"], 3),
         "fraction_of_two_matmuls_rate": round(rate["scaled_dot_attention"] / rate["two_matmuls"], 3),

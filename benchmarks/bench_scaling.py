@@ -14,9 +14,8 @@ so the slope over the upper half of the range, and the exponent k of a fit
 time = a + b * length^k (the length-dependent part alone), are reported too.
 """
 
-import numpy as np
-
 import common
+import numpy as np
 
 FULL = dict(batch=16, units=128, embedding=32, vocabulary=64, lengths=[16, 32, 64, 128, 256, 512], fixed=32)
 QUICK = dict(batch=2, units=8, embedding=4, vocabulary=12, lengths=[4, 8, 16], fixed=4)
@@ -31,8 +30,13 @@ def _decoder(cfg, max_length):
     cell = ka.AttentionGRUCell(cfg["units"], ka.AdditiveAttention(cfg["units"]))
     readout = keras.layers.Dense(cfg["vocabulary"])
     decoder = ka.InferenceDecoder(
-        cell, keras.layers.Embedding(cfg["vocabulary"], cfg["embedding"]), readout,
-        start_token=1, end_token=2, max_length=max_length, method="greedy",
+        cell,
+        keras.layers.Embedding(cfg["vocabulary"], cfg["embedding"]),
+        readout,
+        start_token=1,
+        end_token=2,
+        max_length=max_length,
+        method="greedy",
     )
     return decoder, readout
 
@@ -58,7 +62,9 @@ def run(quick, log, repeats=None):
             ids = fn(memory).numpy()
             assert ids.shape[-1] == tt
             number = 1 if quick else max(1, 8 * 32 // max(ts, tt))
-            times = common.alternate({"decode": lambda: fn(memory).numpy()}, repeats, warmup=1, number=number)["decode"]
+            times = common.alternate(
+                {"decode": lambda fn=fn, memory=memory: fn(memory).numpy()}, repeats, warmup=1, number=number
+            )["decode"]
             stats = common.summary(times)
             rows.append({"Ts": ts, "Tt": tt, **stats})
             log(f"  {axis} Ts={ts} Tt={tt}: {stats['median_ms']:.1f} ms")
@@ -71,5 +77,9 @@ def run(quick, log, repeats=None):
             "exponent_upper_half": common.fit_exponent(xs[half:], ys[half:]),
             "offset_power_fit": common.fit_offset_power(xs, ys),
         }
-    return {"config": cfg, "method": f"tf.function greedy decode, median of {repeats} after warm-up",
-            **results, "expected_exponent": 1.0}
+    return {
+        "config": cfg,
+        "method": f"tf.function greedy decode, median of {repeats} after warm-up",
+        **results,
+        "expected_exponent": 1.0,
+    }

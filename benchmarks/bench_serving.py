@@ -24,9 +24,8 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 import common
+import numpy as np
 
 FULL = dict(calls=200, rounds=5, warmup=10, predict_calls=200)
 QUICK = dict(calls=10, rounds=1, warmup=2, predict_calls=5)
@@ -70,14 +69,16 @@ def run(quick, log):
         log(f"  exported in {export_s:.1f} s")
         sessions = {
             name: onnxruntime.InferenceSession(
-                os.path.join(export_dir, f"{name}.onnx"), providers=["CPUExecutionProvider"])
+                os.path.join(export_dir, f"{name}.onnx"), providers=["CPUExecutionProvider"]
+            )
             for name in ("translate", "translate_beam")
         }
         single = onnxruntime.SessionOptions()
         single.intra_op_num_threads = 1
         single.inter_op_num_threads = 1
         sessions["translate_1thread"] = onnxruntime.InferenceSession(
-            os.path.join(export_dir, "translate.onnx"), single, providers=["CPUExecutionProvider"])
+            os.path.join(export_dir, "translate.onnx"), single, providers=["CPUExecutionProvider"]
+        )
         loaded = tf.saved_model.load(os.path.join(export_dir, "saved_model"))
         signatures = {name: loaded.signatures[name] for name in ("translate", "translate_beam")}
         feed = {"source": x}
@@ -116,7 +117,7 @@ def run(quick, log):
         names = list(sides)
         rounds = cfg["rounds"]
         for round_ in range(rounds):
-            for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
                 fn = sides[name]
                 for _ in range(2):  # let the previous side's threads settle
                     fn()
@@ -143,8 +144,10 @@ def run(quick, log):
     p50 = {name: s["p50_ms"] for name, s in latency.items()}
     return {
         "config": {"date": DATE, "steps": dates.TARGET_LENGTH, "beam_width": 5, **cfg},
-        "method": (f"batch 1, {cfg['rounds']} rounds of {cfg['calls'] // cfg['rounds']} calls per side in rotating order, "
-                   "after warm-up; p50/p99 of per-call wall time"),
+        "method": (
+            f"batch 1, {cfg['rounds']} rounds of {cfg['calls'] // cfg['rounds']} calls per side in rotating order, "
+            "after warm-up; p50/p99 of per-call wall time"
+        ),
         "export_s": round(export_s, 1),
         "same_ids_all_paths": bool(same_ids),
         "latency_ms": latency,
@@ -193,6 +196,8 @@ def ort_profile(path, feed, calls=50, top=8):
         "kernels_per_call": round(sum(v[0] for v in by_type.values()) / calls),
         "control_flow_ms_per_call": {op: round(v[1] / calls / 1000, 3) for op, v in control.items()},
         "note": "profiling adds a per-kernel cost: compare shares, not absolute times",
-        "top_op_types": [{"type": k, "count_per_call": round(v[0] / calls), "ms_per_call": round(v[1] / calls / 1000, 3)}
-                         for k, v in rows[:top]],
+        "top_op_types": [
+            {"type": k, "count_per_call": round(v[0] / calls), "ms_per_call": round(v[1] / calls / 1000, 3)}
+            for k, v in rows[:top]
+        ],
     }

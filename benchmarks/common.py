@@ -56,12 +56,12 @@ def alternate(sides, repeats, warmup=1, number=1, log=None):
             _time_side(sides[name], number)
     times = {name: [] for name in names}
     for round_ in range(repeats):
-        order = names[round_ % len(names):] + names[: round_ % len(names)]
+        order = names[round_ % len(names) :] + names[: round_ % len(names)]
         for name in order:
             times[name].append(_time_side(sides[name], number))
         if log:
-            log("    round %d/%d: %s" % (round_ + 1, repeats, ", ".join(
-                f"{n} {1000 * times[n][-1]:.1f} ms" for n in names)))
+            rounds = ", ".join(f"{n} {1000 * times[n][-1]:.1f} ms" for n in names)
+            log(f"    round {round_ + 1}/{repeats}: {rounds}")
     return times
 
 
@@ -80,8 +80,14 @@ class RemoteSide:
 
     def __init__(self, argv, env=None, cwd=None, timeout=1800):
         self.process = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=env, cwd=cwd, bufsize=1,
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
+            bufsize=1,
         )
         self.timeout = timeout
         self._info = None
@@ -273,14 +279,14 @@ def _protobuf_fields(data):
         if wire == 0:
             yield number, wire, varint()
         elif wire == 1:
-            yield number, wire, struct.unpack("<d", data[position:position + 8])[0]
+            yield number, wire, struct.unpack("<d", data[position : position + 8])[0]
             position += 8
         elif wire == 2:
             length = varint()
-            yield number, wire, data[position:position + length]
+            yield number, wire, data[position : position + length]
             position += length
         elif wire == 5:
-            yield number, wire, struct.unpack("<f", data[position:position + 4])[0]
+            yield number, wire, struct.unpack("<f", data[position : position + 4])[0]
             position += 4
         else:
             raise ValueError(f"unsupported protobuf wire type {wire}")
@@ -295,11 +301,13 @@ def _tf_stats_records(data):
         if number != 1 or wire != 2:
             continue
         fields = {n: v for n, _, v in _protobuf_fields(record)}
-        records.append({
-            "type": fields.get(3, b"").decode(),
-            "occurrences": fields.get(5, 0),
-            "total_self_time": fields.get(8, 0.0),
-        })
+        records.append(
+            {
+                "type": fields.get(3, b"").decode(),
+                "occurrences": fields.get(5, 0),
+                "total_self_time": fields.get(8, 0.0),
+            }
+        )
     return records
 
 
@@ -315,7 +323,7 @@ def fit_offset_power(xs, ys):
     xs, ys = np.asarray(xs, float), np.asarray(ys, float)
     best = None
     for k in np.arange(0.2, 3.0001, 0.01):
-        basis = xs ** k
+        basis = xs**k
         design = np.stack([np.ones_like(basis), basis], 1)
         (a, b), *_ = np.linalg.lstsq(design, ys, rcond=None)
         if a < 0:  # no negative fixed cost: refit through the origin
@@ -328,5 +336,9 @@ def fit_offset_power(xs, ys):
     if best is None:  # times falling with length: noise only
         return {"k": None, "fixed_ms": None, "coefficient": None, "fixed_share_at_min": None}
     _, k, a, b = best
-    return {"k": round(float(k), 2), "fixed_ms": round(float(a), 3), "coefficient": float(b),
-            "fixed_share_at_min": round(float(a / ys[0]), 3) if ys[0] else None}
+    return {
+        "k": round(float(k), 2),
+        "fixed_ms": round(float(a), 3),
+        "coefficient": float(b),
+        "fixed_share_at_min": round(float(a / ys[0]), 3) if ys[0] else None,
+    }

@@ -39,7 +39,8 @@ def _reruns(sections):
     if len(first) <= 1:
         return ""
     return "; sections written by: " + "; ".join(
-        f"`{c}` at {d} ({', '.join(n)})" for c, (d, n) in sorted(first.items(), key=lambda kv: kv[1][0]))
+        f"`{c}` at {d} ({', '.join(n)})" for c, (d, n) in sorted(first.items(), key=lambda kv: kv[1][0])
+    )
 
 
 def markdown(results):
@@ -52,8 +53,7 @@ def markdown(results):
         f"- Machine: {machine.get('cpu', '?')}, {machine.get('cpu_count')} cores, "
         f"{machine.get('memory_gib', '?')} GiB RAM, {machine.get('platform')}",
         f"- Versions: Python {machine.get('python')}, " + ", ".join(f"{k} {v}" for k, v in versions.items() if v),
-        f"- Date: {machine.get('date')}; command: `{results.get('command')}` (`make bench`)"
-        + _reruns(sections),
+        f"- Date: {machine.get('date')}; command: `{results.get('command')}` (`make bench`)" + _reruns(sections),
         f"- Load average (1, 5, 15 min) at start {machine.get('loadavg_at_start')}, at end "
         f"{machine.get('loadavg_at_end')} on {machine.get('cpu_count')} cores: above ~1.5 the machine "
         "was shared and the timings are noisy (the ratios less so: the sides alternate).",
@@ -66,28 +66,45 @@ def markdown(results):
     s = sections.get("decoder")
     if s and "error" not in s:
         cfg = s["config"]
-        out += [f"## 1. Attention-decoder training step {_meta(s)}", "",
-                f"B={cfg['batch']}, Ts={cfg['source_length']}, Tt={cfg['target_length']}, embedding {cfg['embedding']}, "
-                f"units {cfg['units']}, vocabulary {cfg['vocabulary']}; {s['method']}.", ""]
+        out += [
+            f"## 1. Attention-decoder training step {_meta(s)}",
+            "",
+            f"B={cfg['batch']}, Ts={cfg['source_length']}, Tt={cfg['target_length']}, embedding {cfg['embedding']}, "
+            f"units {cfg['units']}, vocabulary {cfg['vocabulary']}; {s['method']}.",
+            "",
+        ]
         ours = s["step_ms"]["keras_attention"]["median_ms"]
         rows = []
-        labels = {"keras_attention": "keras-attention (AttentionDecoder + AttentionWrapper)",
-                  "keras_attention_xla": "keras-attention, jit_compile=True",
-                  "plain_keras": "plain Keras RNN, keys projected every step",
-                  "plain_keras_xla": "plain Keras RNN, jit_compile=True",
-                  "tfa": "tfa.seq2seq AttentionWrapper + BasicDecoder (TF 2.15)",
-                  "tfa_xla": "tfa.seq2seq, train step jit_compile=True",
-                  "gru_no_attention": "lower bound: bare keras.layers.GRU, no attention",
-                  "gru_no_attention_xla": "lower bound, jit_compile=True"}
+        labels = {
+            "keras_attention": "keras-attention (AttentionDecoder + AttentionWrapper)",
+            "keras_attention_xla": "keras-attention, jit_compile=True",
+            "plain_keras": "plain Keras RNN, keys projected every step",
+            "plain_keras_xla": "plain Keras RNN, jit_compile=True",
+            "tfa": "tfa.seq2seq AttentionWrapper + BasicDecoder (TF 2.15)",
+            "tfa_xla": "tfa.seq2seq, train step jit_compile=True",
+            "gru_no_attention": "lower bound: bare keras.layers.GRU, no attention",
+            "gru_no_attention_xla": "lower bound, jit_compile=True",
+        }
         gflops = s.get("achieved_gflops", {})
         for name, stats in s["step_ms"].items():
-            rows.append([labels.get(name, name), stats["median_ms"], stats["min_ms"], stats["max_ms"],
-                         _fmt(stats["median_ms"] / ours, 2) + "x", gflops.get(name)])
+            rows.append(
+                [
+                    labels.get(name, name),
+                    stats["median_ms"],
+                    stats["min_ms"],
+                    stats["max_ms"],
+                    _fmt(stats["median_ms"] / ours, 2) + "x",
+                    gflops.get(name),
+                ]
+            )
         out += [_table(["side", "median ms/step", "min", "max", "time / ours", "matmul GFLOP/s"], rows), ""]
         if "train_gflop" in s:
-            out += [f"Matmul work per training step: {s['train_gflop']['ours']} GFLOP with the keys projected once "
-                    f"(ours, tfa), {s['train_gflop']['plain']} GFLOP projecting them at every step (plain); "
-                    f"trainable parameters: {s.get('parameters')}.", ""]
+            out += [
+                f"Matmul work per training step: {s['train_gflop']['ours']} GFLOP with the keys projected once "
+                f"(ours, tfa), {s['train_gflop']['plain']} GFLOP projecting them at every step (plain); "
+                f"trainable parameters: {s.get('parameters')}.",
+                "",
+            ]
         if "profile" in s:
             prof = s["profile"]
             rows = []
@@ -96,33 +113,56 @@ def markdown(results):
                     continue
                 top = ", ".join(f"{t['type']} {t['ms_per_step']}" for t in p["top_op_types"][:4])
                 rows.append([name, p["wall_ms_per_step"], p["ops_per_step"], p["mean_us_per_op"], top])
-            out += ["Profile (TensorFlow profiler, op self time):", "",
-                    _table(["side", "ms/step (profiled)", "ops/step", "mean us/op", "top op types (ms/step)"], rows), ""]
+            out += [
+                "Profile (TensorFlow profiler, op self time):",
+                "",
+                _table(["side", "ms/step (profiled)", "ops/step", "mean us/op", "top op types (ms/step)"], rows),
+                "",
+            ]
         if "tfa_skipped" in s:
             out += [f"tfa peer not measured: {s['tfa_skipped']}.", ""]
         sp, bb, best = s["speedup"], s.get("best_vs_best", {}), s.get("best_ms", {})
         if best:
-            out += ["Best against best (each side at its faster setting, with or without XLA): "
-                    + ", ".join(f"{labels.get(k, k).split(',')[0]} {v:.1f} ms" for k, v in best.items()) + "."]
+            out += [
+                "Best against best (each side at its faster setting, with or without XLA): "
+                + ", ".join(f"{labels.get(k, k).split(',')[0]} {v:.1f} ms" for k, v in best.items())
+                + "."
+            ]
             if "gru_no_attention" in best and "plain_keras" in best:
                 needed = best["plain_keras"] / 2.0
-                out += [f"The 2x target against the plain loop asks for {needed:.1f} ms per step; a bare Keras GRU with "
-                        f"no attention at all already takes {best['gru_no_attention']:.1f} ms, which leaves "
-                        f"{needed - best['gru_no_attention']:.1f} ms for the whole attention (ours spends "
-                        f"{best['keras_attention'] - best['gru_no_attention']:.1f} ms on it)."]
+                out += [
+                    f"The 2x target against the plain loop asks for {needed:.1f} ms per step; a bare Keras GRU with "
+                    f"no attention at all already takes {best['gru_no_attention']:.1f} ms, which leaves "
+                    f"{needed - best['gru_no_attention']:.1f} ms for the whole attention (ours spends "
+                    f"{best['keras_attention'] - best['gru_no_attention']:.1f} ms on it)."
+                ]
             out += [""]
         probe = s.get("source_length_probe")
         if probe:
-            rows = [[p["source_length"], p["step_ms"]["keras_attention"], p["step_ms"]["keras_attention_xla"],
-                     p["step_ms"]["plain_keras"], _fmt(p["vs_plain_keras"], 2) + "x", _fmt(p["best_vs_plain_keras"], 2) + "x"]
-                    for p in probe]
-            out += ["Longer sources: the per-step key projection that the library saves grows with Ts, and so does "
-                    "the (B, Ts, units) tanh block of the additive score that every side computes at every step:", "",
-                    _table(["Ts", "ours ms", "ours XLA ms", "plain ms", "plain / ours", "plain / ours at best"], rows), ""]
+            rows = [
+                [
+                    p["source_length"],
+                    p["step_ms"]["keras_attention"],
+                    p["step_ms"]["keras_attention_xla"],
+                    p["step_ms"]["plain_keras"],
+                    _fmt(p["vs_plain_keras"], 2) + "x",
+                    _fmt(p["best_vs_plain_keras"], 2) + "x",
+                ]
+                for p in probe
+            ]
+            out += [
+                "Longer sources: the per-step key projection that the library saves grows with Ts, and so does "
+                "the (B, Ts, units) tanh block of the additive score that every side computes at every step:",
+                "",
+                _table(["Ts", "ours ms", "ours XLA ms", "plain ms", "plain / ours", "plain / ours at best"], rows),
+                "",
+            ]
 
         def ratios(peer, target):
-            text = (f"{_fmt(sp['vs_' + peer], 2)}x both without XLA, "
-                    f"{_fmt(sp.get('xla_vs_' + peer + '_xla'), 2)}x both with XLA")
+            text = (
+                f"{_fmt(sp['vs_' + peer], 2)}x both without XLA, "
+                f"{_fmt(sp.get('xla_vs_' + peer + '_xla'), 2)}x both with XLA"
+            )
             best_ratio = bb["vs_" + peer]
             return f"{_fmt(best_ratio, 2)}x best against best; " + text, _met(best_ratio, target)
 
@@ -135,67 +175,137 @@ def markdown(results):
     s = sections.get("mha")
     if s and "error" not in s:
         cfg = s["config"]
-        out += [f"## 2. MultiHeadAttention forward + backward {_meta(s)}", "",
-                f"Self-attention, d_model {cfg['d_model']}, {cfg['num_heads']} heads of {cfg['key_dim']}, "
-                f"B*T = {cfg['tokens']} tokens; {s['method']}.", ""]
-        rows = [[r["T"], r["B"], r["fwd_bwd_ms"]["keras_attention"]["median_ms"], r["fwd_bwd_ms"]["keras"]["median_ms"],
-                 _fmt(r["speedup_vs_keras"], 2) + "x"] for r in s["mha"]]
+        out += [
+            f"## 2. MultiHeadAttention forward + backward {_meta(s)}",
+            "",
+            f"Self-attention, d_model {cfg['d_model']}, {cfg['num_heads']} heads of {cfg['key_dim']}, "
+            f"B*T = {cfg['tokens']} tokens; {s['method']}.",
+            "",
+        ]
+        rows = [
+            [
+                r["T"],
+                r["B"],
+                r["fwd_bwd_ms"]["keras_attention"]["median_ms"],
+                r["fwd_bwd_ms"]["keras"]["median_ms"],
+                _fmt(r["speedup_vs_keras"], 2) + "x",
+            ]
+            for r in s["mha"]
+        ]
         out += [_table(["T", "B", "keras-attention ms", "keras.layers.MultiHeadAttention ms", "speedup"], rows), ""]
         f = s["scaled_dot_flops"]
-        out += [f"Scaled-dot attention forward at T={f['T']} (N={f['N']} heads x batch, d={f['d_head']}): "
-                f"{f['time_ms']['scaled_dot_attention']['median_ms']:.1f} ms = {f['gflops']['scaled_dot_attention']} GFLOP/s "
-                f"(its two matmuls) against {f['gflops']['matmul']} GFLOP/s for a bare QK^T matmul "
-                f"({f['time_ms']['matmul']['median_ms']:.1f} ms): **{100 * f['fraction_of_matmul_rate']:.0f}%** of the matmul rate"
-                + (f"; {100 * f['fraction_of_two_matmuls_rate']:.0f}% of the rate of the same two matmuls without the softmax "
-                   f"({f['gflops']['two_matmuls']} GFLOP/s)" if "two_matmuls" in f["gflops"] else "") + ".", ""]
+        out += [
+            f"Scaled-dot attention forward at T={f['T']} (N={f['N']} heads x batch, d={f['d_head']}): "
+            f"{f['time_ms']['scaled_dot_attention']['median_ms']:.1f} ms = {f['gflops']['scaled_dot_attention']} GFLOP/s "
+            f"(its two matmuls) against {f['gflops']['matmul']} GFLOP/s for a bare QK^T matmul "
+            f"({f['time_ms']['matmul']['median_ms']:.1f} ms): **{100 * f['fraction_of_matmul_rate']:.0f}%** of the matmul rate"
+            + (
+                f"; {100 * f['fraction_of_two_matmuls_rate']:.0f}% of the rate of the same two matmuls without the softmax "
+                f"({f['gflops']['two_matmuls']} GFLOP/s)"
+                if "two_matmuls" in f["gflops"]
+                else ""
+            )
+            + ".",
+            "",
+        ]
         worst = min(r["speedup_vs_keras"] for r in s["mha"])
-        summary.append(["2. MHA fwd+bwd vs Keras (worst T)", ">= 1.0x",
-                        f"{_fmt(worst, 3)}x (T = " + ", ".join(str(r["T"]) for r in s["mha"]) + ": "
-                        + " / ".join(_fmt(r["speedup_vs_keras"], 2) for r in s["mha"]) + "x)", _met(worst, 1.0)])
-        summary.append(["2. scaled-dot FLOP rate / matmul", ">= 50%", f"{100 * f['fraction_of_matmul_rate']:.0f}%",
-                        _met(f["fraction_of_matmul_rate"], 0.5)])
+        summary.append(
+            [
+                "2. MHA fwd+bwd vs Keras (worst T)",
+                ">= 1.0x",
+                f"{_fmt(worst, 3)}x (T = "
+                + ", ".join(str(r["T"]) for r in s["mha"])
+                + ": "
+                + " / ".join(_fmt(r["speedup_vs_keras"], 2) for r in s["mha"])
+                + "x)",
+                _met(worst, 1.0),
+            ]
+        )
+        summary.append(
+            [
+                "2. scaled-dot FLOP rate / matmul",
+                ">= 50%",
+                f"{100 * f['fraction_of_matmul_rate']:.0f}%",
+                _met(f["fraction_of_matmul_rate"], 0.5),
+            ]
+        )
 
     s = sections.get("memory")
     if s and "error" not in s:
         cfg = s["config"]
-        out += [f"## 3. Additive attention peak memory {_meta(s)}", "",
-                f"Tq = Tv = {cfg['length']}, units {cfg['units']}, value size {cfg['value_dim']}. {s['method']}.", ""]
+        out += [
+            f"## 3. Additive attention peak memory {_meta(s)}",
+            "",
+            f"Tq = Tv = {cfg['length']}, units {cfg['units']}, value size {cfg['value_dim']}. {s['method']}.",
+            "",
+        ]
         rows = [[r["variant"], r["B"], r["peak_mib"], _fmt(r["naive_block_mib"], 0), r["seconds"]] for r in s["rows"]]
         out += [_table(["variant", "B", "peak MiB", "(B,Tq,Tv,u) block MiB", "seconds"], rows), ""]
         extrapolated = " (extrapolated from the measured batches)" if s["naive_peak_extrapolated"] else ""
-        out += [f"At B={cfg['batch']}: naive {s['naive_peak_mib_at_B']:.0f} MiB{extrapolated} against "
-                f"{s['ours_peak_mib_at_B']:.0f} MiB chunked: **{s['reduction_at_B']}x** lower. Max |difference| "
-                f"from Keras's AdditiveAttention: {s['max_abs_diff_vs_naive']:.1e}.", ""]
+        out += [
+            f"At B={cfg['batch']}: naive {s['naive_peak_mib_at_B']:.0f} MiB{extrapolated} against "
+            f"{s['ours_peak_mib_at_B']:.0f} MiB chunked: **{s['reduction_at_B']}x** lower. Max |difference| "
+            f"from Keras's AdditiveAttention: {s['max_abs_diff_vs_naive']:.1e}.",
+            "",
+        ]
         if "train" in s:
             t = s["train"]
-            out += [f"Forward + backward at B={cfg['batch']}: naive {t['naive_peak_mib_at_B_extrapolated']:.0f} MiB "
-                    f"(extrapolated) against {t['ours_peak_mib_at_B']:.0f} MiB: {t['reduction_at_B']}x lower.", ""]
-        summary.append(["3. additive peak memory reduction", ">= 8x", f"{s['reduction_at_B']}x", _met(s["reduction_at_B"], 8.0)])
-        summary.append(["3. same result as naive", "<= 1e-5", f"{s['max_abs_diff_vs_naive']:.1e}",
-                        _met(s["max_abs_diff_vs_naive"], 1e-5, higher=False)])
+            out += [
+                f"Forward + backward at B={cfg['batch']}: naive {t['naive_peak_mib_at_B_extrapolated']:.0f} MiB "
+                f"(extrapolated) against {t['ours_peak_mib_at_B']:.0f} MiB: {t['reduction_at_B']}x lower.",
+                "",
+            ]
+        summary.append(
+            ["3. additive peak memory reduction", ">= 8x", f"{s['reduction_at_B']}x", _met(s["reduction_at_B"], 8.0)]
+        )
+        summary.append(
+            [
+                "3. same result as naive",
+                "<= 1e-5",
+                f"{s['max_abs_diff_vs_naive']:.1e}",
+                _met(s["max_abs_diff_vs_naive"], 1e-5, higher=False),
+            ]
+        )
 
     s = sections.get("serving")
     if s and "error" not in s:
-        out += [f"## 4. Serving one date (dates model, greedy) {_meta(s)}", "",
-                f"\"{s['config']['date']}\", {s['config']['steps']} decoder steps; {s['method']}. "
-                f"Same ids on every path: {s['same_ids_all_paths']}.", ""]
+        out += [
+            f"## 4. Serving one date (dates model, greedy) {_meta(s)}",
+            "",
+            f'"{s["config"]["date"]}", {s["config"]["steps"]} decoder steps; {s["method"]}. '
+            f"Same ids on every path: {s['same_ids_all_paths']}.",
+            "",
+        ]
         rows = [[name, v["p50_ms"], v["p99_ms"], v["calls"]] for name, v in s["latency_ms"].items()]
         out += [_table(["path", "p50 ms", "p99 ms", "calls"], rows), ""]
         b = s["beam5_over_greedy_p50"]
-        out += [f"onnxruntime is {s['onnx_speedup_vs_saved_model_p50']}x faster than the SavedModel and "
-                f"{s['onnx_speedup_vs_keras_predict_p50']}x faster than `predict` (p50). Beam 5 / greedy: "
-                f"{b['onnxruntime']}x (onnxruntime), {b['saved_model']}x (SavedModel).", ""]
+        out += [
+            f"onnxruntime is {s['onnx_speedup_vs_saved_model_p50']}x faster than the SavedModel and "
+            f"{s['onnx_speedup_vs_keras_predict_p50']}x faster than `predict` (p50). Beam 5 / greedy: "
+            f"{b['onnxruntime']}x (onnxruntime), {b['saved_model']}x (SavedModel).",
+            "",
+        ]
         if s.get("profile"):
             ort, tfp = s["profile"]["onnxruntime"], s["profile"]["saved_model"]
-            out += [f"Profile: onnxruntime runs {ort['kernels_per_call']} kernels per call ({ort['kernel_ms_per_call']} ms of "
-                    f"kernel time in a {ort['model_run_ms']} ms profiled run; profiling inflates both; top: "
-                    + ", ".join(f"{t['type']} {t['ms_per_call']}" for t in ort["top_op_types"][:4])
-                    + f"); the TensorFlow profiler sees {tfp['ops_per_step']} top-level ops per SavedModel call "
-                    f"({tfp['op_self_time_ms_per_step']} ms of op time in {tfp['wall_ms_per_step']} ms: the rest is the "
-                    "function-call and while-loop machinery).", ""]
+            out += [
+                f"Profile: onnxruntime runs {ort['kernels_per_call']} kernels per call ({ort['kernel_ms_per_call']} ms of "
+                f"kernel time in a {ort['model_run_ms']} ms profiled run; profiling inflates both; top: "
+                + ", ".join(f"{t['type']} {t['ms_per_call']}" for t in ort["top_op_types"][:4])
+                + f"); the TensorFlow profiler sees {tfp['ops_per_step']} top-level ops per SavedModel call "
+                f"({tfp['op_self_time_ms_per_step']} ms of op time in {tfp['wall_ms_per_step']} ms: the rest is the "
+                "function-call and while-loop machinery).",
+                "",
+            ]
         best = max(s["onnx_speedup_vs_saved_model_p50"], s.get("onnx_1thread_speedup_vs_saved_model_p50") or 0)
-        summary.append(["4. onnxruntime vs SavedModel (p50)", ">= 2x", f"{s['onnx_speedup_vs_saved_model_p50']}x "
-                        f"(1 thread: {s.get('onnx_1thread_speedup_vs_saved_model_p50')}x)", _met(best, 2.0)])
+        summary.append(
+            [
+                "4. onnxruntime vs SavedModel (p50)",
+                ">= 2x",
+                f"{s['onnx_speedup_vs_saved_model_p50']}x "
+                f"(1 thread: {s.get('onnx_1thread_speedup_vs_saved_model_p50')}x)",
+                _met(best, 2.0),
+            ]
+        )
         worst = max(b.values())
         summary.append(["4. beam 5 / greedy (worst path)", "<= 3x", f"{worst}x", _met(worst, 3.0, higher=False)])
 
@@ -204,14 +314,24 @@ def markdown(results):
         out += [f"## 5. Decode time against length {_meta(s)}", "", s["method"] + ".", ""]
         for axis in ("source", "target"):
             rows = [[r["Ts"], r["Tt"], r["median_ms"]] for r in s[axis]["rows"]]
-            out += [_table(["Ts", "Tt", "median ms"], rows), "",
-                    f"{axis} length: log-log slope {s[axis]['exponent']} over the whole range, "
-                    f"{s[axis]['exponent_upper_half']} over the upper half; fit time = a + b * length^k: "
-                    f"k = {s[axis]['offset_power_fit']['k']}, a = {s[axis]['offset_power_fit']['fixed_ms']} ms "
-                    f"({_fmt(100 * (s[axis]['offset_power_fit']['fixed_share_at_min'] or 0), 0)}% of the shortest).", ""]
-            summary.append([f"5. exponent vs {axis} length", "about 1",
-                            f"slope {s[axis]['exponent']} (upper half {s[axis]['exponent_upper_half']}); "
-                            f"k = {s[axis]['offset_power_fit']['k']} in a + b L^k", "reported"])
+            out += [
+                _table(["Ts", "Tt", "median ms"], rows),
+                "",
+                f"{axis} length: log-log slope {s[axis]['exponent']} over the whole range, "
+                f"{s[axis]['exponent_upper_half']} over the upper half; fit time = a + b * length^k: "
+                f"k = {s[axis]['offset_power_fit']['k']}, a = {s[axis]['offset_power_fit']['fixed_ms']} ms "
+                f"({_fmt(100 * (s[axis]['offset_power_fit']['fixed_share_at_min'] or 0), 0)}% of the shortest).",
+                "",
+            ]
+            summary.append(
+                [
+                    f"5. exponent vs {axis} length",
+                    "about 1",
+                    f"slope {s[axis]['exponent']} (upper half {s[axis]['exponent_upper_half']}); "
+                    f"k = {s[axis]['offset_power_fit']['k']} in a + b L^k",
+                    "reported",
+                ]
+            )
 
     s = sections.get("gpu")
     if s and "error" not in s:
@@ -222,33 +342,58 @@ def markdown(results):
             out += [f"Device: {s['device']}.", ""]
             rows = [[k, v["median_ms"]] for k, v in s["decoder_step_ms"].items()]
             out += [_table(["decoder train step", "median ms"], rows), ""]
-            rows = [[r["T"], r["B"], r["fwd_bwd_ms"]["keras_attention"]["median_ms"], r["fwd_bwd_ms"]["keras"]["median_ms"],
-                     _fmt(r["speedup_vs_keras"], 2) + "x"] for r in s["mha"]]
+            rows = [
+                [
+                    r["T"],
+                    r["B"],
+                    r["fwd_bwd_ms"]["keras_attention"]["median_ms"],
+                    r["fwd_bwd_ms"]["keras"]["median_ms"],
+                    _fmt(r["speedup_vs_keras"], 2) + "x",
+                ]
+                for r in s["mha"]
+            ]
             out += [_table(["T", "B", "keras-attention MHA ms", "Keras MHA ms", "speedup"], rows), ""]
 
     s = sections.get("g2p")
     if s and "error" not in s:
         m, cfg = s["model"], s["config"]
-        out += [f"## 7. The G2P model's choices on CMUdict {_meta(s)}", "",
-                f"The example's model (BiLSTM {m['encoder_layers']} x {m['encoder_units']}, decoder {m['decoder_units']}, "
-                f"additive attention {m['attention_units']}) on length-bucketed batches of {cfg['batch']} CMUdict words.", ""]
-        labels = {"input_feeding": "input feeding (AttentionLSTMCell, attention in the loop)",
-                  "luong": "no input feeding (AttentionWrapper: one LSTM pass, one attention call)",
-                  "no_attention": "lower bound: plain LSTM decoder, no attention"}
+        out += [
+            f"## 7. The G2P model's choices on CMUdict {_meta(s)}",
+            "",
+            f"The example's model (BiLSTM {m['encoder_layers']} x {m['encoder_units']}, decoder {m['decoder_units']}, "
+            f"additive attention {m['attention_units']}) on length-bucketed batches of {cfg['batch']} CMUdict words.",
+            "",
+        ]
+        labels = {
+            "input_feeding": "input feeding (AttentionLSTMCell, attention in the loop)",
+            "luong": "no input feeding (AttentionWrapper: one LSTM pass, one attention call)",
+            "no_attention": "lower bound: plain LSTM decoder, no attention",
+        }
         ours = s["decoder_step"]["input_feeding"]["median_ms"]
-        rows = [[labels.get(k, k), v["median_ms"], v["min_ms"], v["max_ms"], _fmt(ours / v["median_ms"], 2) + "x"]
-                for k, v in s["decoder_step"].items()]
+        rows = [
+            [labels.get(k, k), v["median_ms"], v["min_ms"], v["max_ms"], _fmt(ours / v["median_ms"], 2) + "x"]
+            for k, v in s["decoder_step"].items()
+        ]
         out += [_table(["training step", "median ms", "min", "max", "speed vs input feeding"], rows), ""]
         f, b = s["fit_step"], s["beam_decode"]
-        out += [f"`fit` on `LengthBucketedBatches`: {f['fit']['median_ms']:.1f} ms a step against "
-                f"{f['train_on_batch']['median_ms']:.1f} ms for a `train_on_batch` loop over the same "
-                f"{cfg['fit_batches']} batches ({s['fit_vs_train_on_batch']}x). Beam-5 decoding of "
-                f"{cfg['decode_words']} words ({cfg['max_length']} steps each): {b['without_alignments']['median_ms']:.0f} ms "
-                f"without the alignment history, {b['with_alignments']['median_ms']:.0f} ms with it "
-                f"({s['alignments_cost']}x).", ""]
+        out += [
+            f"`fit` on `LengthBucketedBatches`: {f['fit']['median_ms']:.1f} ms a step against "
+            f"{f['train_on_batch']['median_ms']:.1f} ms for a `train_on_batch` loop over the same "
+            f"{cfg['fit_batches']} batches ({s['fit_vs_train_on_batch']}x). Beam-5 decoding of "
+            f"{cfg['decode_words']} words ({cfg['max_length']} steps each): {b['without_alignments']['median_ms']:.0f} ms "
+            f"without the alignment history, {b['with_alignments']['median_ms']:.0f} ms with it "
+            f"({s['alignments_cost']}x).",
+            "",
+        ]
         summary.append(["7. G2P step without input feeding", "reported", f"{s['decoder_speedup']}x faster", "reported"])
-        summary.append(["7. fit / train_on_batch per step", "about 1x", f"{s['fit_vs_train_on_batch']}x",
-                        _met(s["fit_vs_train_on_batch"], 1.15, higher=False)])
+        summary.append(
+            [
+                "7. fit / train_on_batch per step",
+                "about 1x",
+                f"{s['fit_vs_train_on_batch']}x",
+                _met(s["fit_vs_train_on_batch"], 1.15, higher=False),
+            ]
+        )
 
     for name, s in sections.items():
         if "error" in s:

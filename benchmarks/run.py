@@ -39,8 +39,8 @@ sys.path.insert(0, HERE)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import common  # noqa: E402
-import report  # noqa: E402
+import common
+import report
 
 NAMES = ["decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p"]
 
@@ -49,7 +49,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, 2 repetitions: checks the suite runs")
     parser.add_argument("--only", default=None, help=f"comma-separated subset of {NAMES}")
-    parser.add_argument("--out", default=None, help="output directory (default benchmarks/, or runs/bench-quick with --quick)")
+    parser.add_argument(
+        "--out", default=None, help="output directory (default benchmarks/, or runs/bench-quick with --quick)"
+    )
     parser.add_argument("--no-tfa", action="store_true", help="skip the tfa.seq2seq peer")
     parser.add_argument("--repeats", type=int, default=None, help="rounds per timing (default 7, 2 with --quick)")
     args = parser.parse_args(argv)
@@ -74,8 +76,10 @@ def run_one(name, args):
 
         want_tfa = not args.no_tfa
         if args.quick and want_tfa and not bench_decoder.tfa_status()[0]:
-            log("  tfa peer skipped in --quick mode: its environment is not built "
-                "(run benchmarks/peers/build_tfa_env.sh, or make bench, to build it)")
+            log(
+                "  tfa peer skipped in --quick mode: its environment is not built "
+                "(run benchmarks/peers/build_tfa_env.sh, or make bench, to build it)"
+            )
         return bench_decoder.run(args.quick, log, want_tfa=want_tfa, build_tfa=not args.quick, repeats=args.repeats)
     if name == "mha":
         import bench_mha
@@ -114,8 +118,9 @@ def main(argv=None):
             results = json.load(f)
     command = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
     results.setdefault("sections", {})
-    results.update({"machine": common.machine(), "versions": common.versions(), "command": command.strip(),
-                    "quick": args.quick})
+    results.update(
+        {"machine": common.machine(), "versions": common.versions(), "command": command.strip(), "quick": args.quick}
+    )
     failed = []
     for name in args.names:
         log(f"== {name}")

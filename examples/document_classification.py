@@ -31,11 +31,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import common  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import common
+import keras
+import numpy as np
 
-import keras_attention as ka  # noqa: E402
+import keras_attention as ka
 
 TOPICS = {
     "sports": ["goal", "match", "team", "coach", "league", "score"],
@@ -112,9 +112,7 @@ def plot_word_attention(document, key, word_weights, title, path):
     """Rows are sentences, columns word positions; each cell is labelled with its word."""
     weights = word_weights[: len(document), :MAX_WORDS]
     rows = [f"{'key ' if s in key else ''}s{s + 1}" for s in range(len(document))]
-    figure = ka.plot_attention(
-        weights, [str(w + 1) for w in range(MAX_WORDS)], rows, title=title, annotate=False
-    )
+    figure = ka.plot_attention(weights, [str(w + 1) for w in range(MAX_WORDS)], rows, title=title, annotate=False)
     axes = figure.axes[0]
     axes.set_xlabel("word position")
     axes.set_ylabel("sentence")
@@ -140,9 +138,15 @@ def plot_sentence_attention(document, key, sentence_weights, title, path):
 
 def main(argv=None):
     args = common.parse_args(
-        __doc__.splitlines()[0], argv,
-        epochs=6, batch_size=64, samples=8000, out="runs/documents",
-        smoke_epochs=1, smoke_samples=256, smoke_batch_size=64,
+        __doc__.splitlines()[0],
+        argv,
+        epochs=6,
+        batch_size=64,
+        samples=8000,
+        out="runs/documents",
+        smoke_epochs=1,
+        smoke_samples=256,
+        smoke_batch_size=64,
     )
     strategy = common.setup(args)
     test_size = 200 if args.smoke else 1000
@@ -152,9 +156,15 @@ def main(argv=None):
 
     with strategy.scope():
         model = ka.models.hierarchical_attention_network(
-            vocabulary_size=len(VOCABULARY), num_classes=len(CLASSES), embedding_dim=32,
-            word_units=32, sentence_units=32, max_sentences=MAX_SENTENCES, max_words=MAX_WORDS,
-            return_attention=True, name="han",
+            vocabulary_size=len(VOCABULARY),
+            num_classes=len(CLASSES),
+            embedding_dim=32,
+            word_units=32,
+            sentence_units=32,
+            max_sentences=MAX_SENTENCES,
+            max_words=MAX_WORDS,
+            return_attention=True,
+            name="han",
         )
         # Only the class probabilities train; the weights outputs are for reading.
         classifier = keras.Model(model.input, model.outputs[0], name="han_classifier")
@@ -167,8 +177,12 @@ def main(argv=None):
     classifier.summary()
     with common.Timer() as training:
         history = classifier.fit(
-            train_ids, train_labels, batch_size=args.batch_size, epochs=args.epochs,
-            validation_split=0.1, callbacks=common.callbacks(args),
+            train_ids,
+            train_labels,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            validation_split=0.1,
+            callbacks=common.callbacks(args),
             verbose=2 if args.smoke else "auto",
         )
     model_path = os.path.join(args.out, "han.keras")
@@ -192,27 +206,41 @@ def main(argv=None):
     document, key = test_documents[doc], test_keys[doc]
     title = f"true {CLASSES[test_labels[doc]]}, predicted {CLASSES[predictions[doc]]}"
     plots = [
-        plot_word_attention(document, key, word_weights[doc], f"word weights ({title})",
-                            os.path.join(args.out, "word_attention.png")),
-        plot_sentence_attention(document, key, sentence_weights[doc], "sentence weights",
-                                os.path.join(args.out, "sentence_attention.png")),
+        plot_word_attention(
+            document, key, word_weights[doc], f"word weights ({title})", os.path.join(args.out, "word_attention.png")
+        ),
+        plot_sentence_attention(
+            document, key, sentence_weights[doc], "sentence weights", os.path.join(args.out, "sentence_attention.png")
+        ),
     ]
 
     results = {
-        "task": "documents", "samples": args.samples, "epochs": args.epochs, "batch_size": args.batch_size,
-        "test_documents": test_size, "classes": CLASSES, "accuracy": accuracy, "chance_accuracy": 1 / len(CLASSES),
+        "task": "documents",
+        "samples": args.samples,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "test_documents": test_size,
+        "classes": CLASSES,
+        "accuracy": accuracy,
+        "chance_accuracy": 1 / len(CLASSES),
         "bag_of_words_accuracy": bag_accuracy,
         "key_sentence_hit_rate": float(key_hits.mean()),
         "key_sentence_weight": float(key_mass.mean()),
         "top_word_is_cue_or_topic_rate": float(meaningful.mean()),
         "final_loss": float(history.history["loss"][-1]),
-        "train_seconds": training.seconds, "model": model_path, "plots": plots,
-        "mixed_precision": args.mixed_precision, "jit": args.jit, "distribute": args.distribute,
+        "train_seconds": training.seconds,
+        "model": model_path,
+        "plots": plots,
+        "mixed_precision": args.mixed_precision,
+        "jit": args.jit,
+        "distribute": args.distribute,
         "replicas": strategy.num_replicas_in_sync,
     }
     common.write_results(args, results)
-    print(f"\naccuracy on {test_size} held-out documents: {accuracy:.2%} "
-          f"(chance {1 / len(CLASSES):.0%}, counting topic words {bag_accuracy:.2%})")
+    print(
+        f"\naccuracy on {test_size} held-out documents: {accuracy:.2%} "
+        f"(chance {1 / len(CLASSES):.0%}, counting topic words {bag_accuracy:.2%})"
+    )
     print(f"key sentence hit rate {key_hits.mean():.2%}; mean sentence weight on key sentences {key_mass.mean():.2f}")
     print(f"training {training.seconds:.0f} s")
     for s, sentence in enumerate(document):

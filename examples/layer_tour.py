@@ -21,10 +21,10 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
-import keras_attention as ka  # noqa: E402
+import keras_attention as ka
 
 VOCABULARY = 10  # 0 is padding, digits are 1..9
 MAX_LENGTH = 12

@@ -38,13 +38,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import common  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from keras import ops  # noqa: E402
+import common
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
 
-import keras_attention as ka  # noqa: E402
+import keras_attention as ka
 
 WORDS = 24  # source and target words
 PAD, START, END = 0, 1, 2
@@ -119,8 +119,10 @@ def length_batches(sentences, batch_size, seed, multiple=1):
     XLA compiles once per padded length: `multiple` keeps those few."""
     rng = np.random.default_rng(seed)
     by_length = sorted(range(len(sentences)), key=lambda i: (len(sentences[i]), rng.random()))
-    batches = [encode([sentences[i] for i in by_length[s : s + batch_size]], multiple)
-               for s in range(0, len(sentences), batch_size)]
+    batches = [
+        encode([sentences[i] for i in by_length[s : s + batch_size]], multiple)
+        for s in range(0, len(sentences), batch_size)
+    ]
     spec = tf.TensorSpec((None, None), "int32")
 
     def generate():
@@ -178,7 +180,8 @@ def build_plain(max_length, units=128, embedding=32):
     # after the last word; the backward one, after the first, holds the start
     # of the sentence, which the decoder writes first.
     context = keras.layers.Bidirectional(keras.layers.GRU(units // 2), name="encoder")(
-        keras.layers.Embedding(VOCABULARY, embedding, mask_zero=True, name="source_embedding")(source))
+        keras.layers.Embedding(VOCABULARY, embedding, mask_zero=True, name="source_embedding")(source)
+    )
     initial_state = keras.layers.Dense(units, activation="tanh", name="initial_state")(context)
     target_embedding = keras.layers.Embedding(VOCABULARY, embedding, name="target_embedding")
     decoder = keras.layers.GRU(units, return_sequences=True, name="decoder")
@@ -187,10 +190,12 @@ def build_plain(max_length, units=128, embedding=32):
     embedded = target_embedding(target_in)
     repeated = RepeatOverTime(name="repeat_context")(context, embedded)
     states = decoder(keras.layers.Concatenate()([embedded, repeated]), initial_state=initial_state)
-    trainer = keras.Model([source, target_in], readout(keras.layers.Concatenate()([states, repeated])),
-                          name="plain_trainer")
+    trainer = keras.Model(
+        [source, target_in], readout(keras.layers.Concatenate()([states, repeated])), name="plain_trainer"
+    )
     decoded = PlainGreedyDecoder(decoder.cell, target_embedding, readout, max_length, name="greedy_decoder")(
-        context, initial_state)
+        context, initial_state
+    )
     return trainer, keras.Model(source, decoded, name="plain_greedy")
 
 
@@ -205,10 +210,13 @@ def build_attention(max_length, units=128, embedding=32, attention_units=64):
     cell = ka.AttentionGRUCell(units, ka.AdditiveAttention(attention_units), name="attention_gru")
     target_embedding = keras.layers.Embedding(VOCABULARY, embedding, name="target_embedding")
     readout = keras.layers.Dense(VOCABULARY, dtype="float32", name="readout")
-    outputs = ka.AttentionDecoder(cell, name="decoder")(target_embedding(target_in), memory, initial_state=[initial_state])
+    outputs = ka.AttentionDecoder(cell, name="decoder")(
+        target_embedding(target_in), memory, initial_state=[initial_state]
+    )
     trainer = keras.Model([source, target_in], readout(outputs), name="attention_trainer")
     decoded = ka.InferenceDecoder(cell, target_embedding, readout, START, END, max_length, name="greedy_decoder")(
-        memory, initial_state=[initial_state])
+        memory, initial_state=[initial_state]
+    )
     return trainer, keras.Model(source, decoded, name="attention_greedy")
 
 
@@ -224,7 +232,8 @@ def train(name, build, args, strategy, sentences):
     # Decaying to a tenth settles the end of training: a late spike at full rate
     # can cost the longest sentences several points.
     schedule = keras.optimizers.schedules.CosineDecay(
-        args.learning_rate, args.epochs * -(-len(sentences) // args.batch_size), alpha=0.1)
+        args.learning_rate, args.epochs * -(-len(sentences) // args.batch_size), alpha=0.1
+    )
     done_path = os.path.join(args.out, f"{name}_done.json")
     model_path = os.path.join(args.out, f"{name}_trainer.keras")
     with strategy.scope():
@@ -247,8 +256,11 @@ def train(name, build, args, strategy, sentences):
     with common.Timer() as timer:
         history = trainer.fit(
             # Both models see the same batches in the same order.
-            length_batches(sentences, args.batch_size, args.seed, 10 if args.jit else 1), epochs=args.epochs, shuffle=False,
-            callbacks=common.callbacks(sub), verbose=2 if args.smoke else "auto",
+            length_batches(sentences, args.batch_size, args.seed, 10 if args.jit else 1),
+            epochs=args.epochs,
+            shuffle=False,
+            callbacks=common.callbacks(sub),
+            verbose=2 if args.smoke else "auto",
         )
     trainer.save(model_path)
     summary = {
@@ -309,8 +321,12 @@ def plot_curves(path, rows, parameters):
         figure.subplots(1, 2), ("token_accuracy", "exact_match"), ("Token accuracy", "Exact match")
     ):
         for name, style in (("attention", "o-"), ("plain", "s--")):
-            axes.plot(labels, [row[f"{name}_{metric}"] for row in rows], style,
-                      label=f"{name} ({parameters[name] / 1000:.0f}k params)")
+            axes.plot(
+                labels,
+                [row[f"{name}_{metric}"] for row in rows],
+                style,
+                label=f"{name} ({parameters[name] / 1000:.0f}k params)",
+            )
         axes.set(title=title, xlabel="source length", ylim=(-0.02, 1.02))
         axes.grid(alpha=0.3)
         axes.legend()
@@ -328,9 +344,15 @@ def main(argv=None):
     extra.add_argument("--learning-rate", type=float, default=3e-3)
     extra_args, rest = extra.parse_known_args(argv)
     args = common.parse_args(
-        __doc__.splitlines()[0] + " (also: --max-length N, --learning-rate LR)", rest,
-        epochs=10, batch_size=64, samples=16000, out="runs/length_study",
-        smoke_epochs=1, smoke_samples=256, smoke_batch_size=64,
+        __doc__.splitlines()[0] + " (also: --max-length N, --learning-rate LR)",
+        rest,
+        epochs=10,
+        batch_size=64,
+        samples=16000,
+        out="runs/length_study",
+        smoke_epochs=1,
+        smoke_samples=256,
+        smoke_batch_size=64,
     )
     args.max_length = extra_args.max_length or (20 if args.smoke else 60)
     args.learning_rate = extra_args.learning_rate
@@ -341,7 +363,7 @@ def main(argv=None):
     buckets = buckets_for(args.max_length)
     per_bucket = 20 if args.smoke else 200
     test_rng = np.random.default_rng(10_000 + args.seed)
-    test = make_sentences([l for lo, hi in buckets for l in test_rng.integers(lo, hi + 1, size=per_bucket)], test_rng)
+    test = make_sentences([n for lo, hi in buckets for n in test_rng.integers(lo, hi + 1, size=per_bucket)], test_rng)
     rng = np.random.default_rng(args.seed)
     held_out = set(test)
     train_sentences = make_sentences(rng.integers(MIN_LENGTH, args.max_length + 1, size=args.samples), rng, held_out)
@@ -350,8 +372,7 @@ def main(argv=None):
 
     models = {}
     for name, build in (("plain", build_plain), ("attention", build_attention)):
-        _, greedy, summary = train(
-            name, lambda build=build: build(decode_length), args, strategy, train_sentences)
+        _, greedy, summary = train(name, lambda build=build: build(decode_length), args, strategy, train_sentences)
         models[name] = (greedy, summary)
     parameters = {name: summary["parameters"] for name, (_, summary) in models.items()}
     ratio = parameters["plain"] / parameters["attention"]
@@ -382,44 +403,69 @@ def main(argv=None):
 
     longest = int(np.argmax(lengths))
     source_words = [word_name(t) for t in test[longest]]
-    target_words = ([word_name(SOURCE_OF[t]).upper() for t in attention_hypotheses[longest]] + ["<end>"])[:decode_length]
+    target_words = ([word_name(SOURCE_OF[t]).upper() for t in attention_hypotheses[longest]] + ["<end>"])[
+        :decode_length
+    ]
     heat_map = os.path.join(args.out, "attention_long.png")
     ka.plot_attention(
-        alignments[longest][: len(target_words), : len(source_words)], source_words, target_words,
-        path=heat_map, title=f"attention, a {len(source_words)}-word sentence",
+        alignments[longest][: len(target_words), : len(source_words)],
+        source_words,
+        target_words,
+        path=heat_map,
+        title=f"attention, a {len(source_words)}-word sentence",
     )
 
     first, last = rows[0], rows[-1]
     results = {
-        "task": "length_study", "samples": args.samples, "epochs": args.epochs, "batch_size": args.batch_size,
-        "max_length": args.max_length, "words": WORDS, "test_sentences_per_bucket": per_bucket,
+        "task": "length_study",
+        "samples": args.samples,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "max_length": args.max_length,
+        "words": WORDS,
+        "test_sentences_per_bucket": per_bucket,
         "learning_rate": args.learning_rate,
-        "buckets": rows, "parameters": parameters, "parameter_ratio_plain_to_attention": ratio,
+        "buckets": rows,
+        "parameters": parameters,
+        "parameter_ratio_plain_to_attention": ratio,
         "models": {name: summary for name, (_, summary) in models.items()},
         "decode_seconds": decode_seconds,
-        "overall": {f"{name}_{metric}": float(values.mean()) for name, (token, exact) in per_model.items()
-                    for metric, values in (("token_accuracy", token), ("exact_match", exact))},
+        "overall": {
+            f"{name}_{metric}": float(values.mean())
+            for name, (token, exact) in per_model.items()
+            for metric, values in (("token_accuracy", token), ("exact_match", exact))
+        },
         "flatness": {
             # Longest bucket over shortest: about 1 for a flat curve, far below for a falling one.
-            f"{name}_{metric}_longest_over_shortest":
-                float(last[f"{name}_{metric}"] / first[f"{name}_{metric}"]) if first[f"{name}_{metric}"] else 0.0
-            for name in per_model for metric in ("token_accuracy", "exact_match")
-        } | {
+            f"{name}_{metric}_longest_over_shortest": float(last[f"{name}_{metric}"] / first[f"{name}_{metric}"])
+            if first[f"{name}_{metric}"]
+            else 0.0
+            for name in per_model
+            for metric in ("token_accuracy", "exact_match")
+        }
+        | {
             f"{name}_min_token_accuracy": float(min(row[f"{name}_token_accuracy"] for row in rows))
             for name in per_model
         },
-        "csv": csv_path, "plots": [plot_path, heat_map],
-        "mixed_precision": args.mixed_precision, "jit": args.jit, "distribute": args.distribute,
+        "csv": csv_path,
+        "plots": [plot_path, heat_map],
+        "mixed_precision": args.mixed_precision,
+        "jit": args.jit,
+        "distribute": args.distribute,
         "replicas": strategy.num_replicas_in_sync,
     }
     common.write_results(args, results)
 
     print(f"\n{'source length':>13} | {'plain token':>11} {'exact':>6} | {'attention token':>15} {'exact':>6}")
     for row in rows:
-        print(f"{row['bucket']:>13} | {row['plain_token_accuracy']:>11.1%} {row['plain_exact_match']:>6.1%} | "
-              f"{row['attention_token_accuracy']:>15.1%} {row['attention_exact_match']:>6.1%}")
-    print(f"training {models['plain'][1]['train_seconds']:.0f} s plain, "
-          f"{models['attention'][1]['train_seconds']:.0f} s attention")
+        print(
+            f"{row['bucket']:>13} | {row['plain_token_accuracy']:>11.1%} {row['plain_exact_match']:>6.1%} | "
+            f"{row['attention_token_accuracy']:>15.1%} {row['attention_exact_match']:>6.1%}"
+        )
+    print(
+        f"training {models['plain'][1]['train_seconds']:.0f} s plain, "
+        f"{models['attention'][1]['train_seconds']:.0f} s attention"
+    )
     return results
 
 

@@ -47,11 +47,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import common  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import common
+import keras
+import numpy as np
 
-import keras_attention as ka  # noqa: E402
+import keras_attention as ka
 
 # Decoding runs four models on several batch shapes, so tf.function
 # retraces by design; its warnings about that would only be noise.
@@ -169,8 +169,7 @@ def _segments_meet(p, q, r, s):
         return min(a[0], b[0]) <= c[0] <= max(a[0], b[0]) and min(a[1], b[1]) <= c[1] <= max(a[1], b[1])
 
     return any(
-        d == 0 and on_segment(a, b, c)
-        for d, a, b, c in ((d1, r, s, p), (d2, r, s, q), (d3, p, q, r), (d4, p, q, s))
+        d == 0 and on_segment(a, b, c) for d, a, b, c in ((d1, r, s, p), (d2, r, s, q), (d3, p, q, r), (d4, p, q, s))
     )
 
 
@@ -218,9 +217,7 @@ def build_models(dim, units, beam_width, name):
     network = ka.PointerNetwork(units, max_length=MAX_LENGTH, name="pointer_network")
     trainer = keras.Model([inputs, targets], network([masked, targets]), name=f"{name}_trainer")
     greedy = keras.Model(inputs, network(masked), name=f"{name}_greedy")
-    beam_network = ka.PointerNetwork(
-        units, max_length=MAX_LENGTH, beam_width=beam_width, name="pointer_network_beam"
-    )
+    beam_network = ka.PointerNetwork(units, max_length=MAX_LENGTH, beam_width=beam_width, name="pointer_network_beam")
     beam = keras.Model(inputs, beam_network(masked), name=f"{name}_beam")
     return trainer, greedy, beam
 
@@ -258,9 +255,13 @@ def train(args, strategy, name, data, dim):
     print(f"\n--- {name}: {len(inputs)} training and {held_out} validation examples")
     with common.Timer() as timer:
         history = trainer.fit(
-            [inputs, targets], targets,
-            batch_size=args.batch_size, epochs=args.epochs, validation_data=validation,
-            callbacks=common.callbacks(task_args), verbose=2 if args.smoke else "auto",
+            [inputs, targets],
+            targets,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            validation_data=validation,
+            callbacks=common.callbacks(task_args),
+            verbose=2 if args.smoke else "auto",
         )
     copy_weights(trainer, beam)
     trainer.save(os.path.join(args.out, f"{name}_trainer.keras"))
@@ -348,9 +349,9 @@ def evaluate_hull(greedy, beam, test):
     results = {}
     for method, model in (("greedy", greedy), ("beam", beam)):
         ids = np.asarray(common.predict(model, points, batch_size=500))
-        coverages, failures = zip(*(
-            hull_coverage(points[row, : lengths[row]], ids[row], targets[row]) for row in range(len(ids))
-        ))
+        coverages, failures = zip(
+            *(hull_coverage(points[row, : lengths[row]], ids[row], targets[row]) for row in range(len(ids)))
+        )
         results[method] = {
             "sequence_accuracy": sequence_accuracy(ids, targets),
             "area_coverage": float(np.mean(coverages)),
@@ -363,9 +364,15 @@ def evaluate_hull(greedy, beam, test):
 
 def main(argv=None):
     args = common.parse_args(
-        __doc__.splitlines()[0], argv,
-        epochs=12, batch_size=128, samples=60000, out="runs/pointer",
-        smoke_epochs=1, smoke_samples=256, smoke_batch_size=64,
+        __doc__.splitlines()[0],
+        argv,
+        epochs=12,
+        batch_size=128,
+        samples=60000,
+        out="runs/pointer",
+        smoke_epochs=1,
+        smoke_samples=256,
+        smoke_batch_size=64,
     )
     args.units = 16 if args.smoke else 128
     args.beam_width = 3 if args.smoke else 5
@@ -392,17 +399,26 @@ def main(argv=None):
     points10, targets10, lengths10 = hull_tests[MAX_N]
     plots = [
         plot_pointers(
-            sort_trainer, numbers, sorting["greedy_ids"], lengths[0],
-            [f"{x:.2f}" for x in numbers[0, :, 0]], os.path.join(args.out, "sorting_pointers.png"),
+            sort_trainer,
+            numbers,
+            sorting["greedy_ids"],
+            lengths[0],
+            [f"{x:.2f}" for x in numbers[0, :, 0]],
+            os.path.join(args.out, "sorting_pointers.png"),
             "sorting: pointer distribution per step (greedy)",
         ),
         plot_pointers(
-            hull_trainer, points10, hulls[MAX_N]["greedy_ids"], lengths10[0],
-            [f"{i + 1}" for i in range(MAX_N)], os.path.join(args.out, "hull_pointers.png"),
+            hull_trainer,
+            points10,
+            hulls[MAX_N]["greedy_ids"],
+            lengths10[0],
+            [f"{i + 1}" for i in range(MAX_N)],
+            os.path.join(args.out, "hull_pointers.png"),
             "hull n=10: pointer distribution per step (greedy)",
         ),
         plot_hulls(
-            np.concatenate([points5[:3], points10[:3]]), np.concatenate([lengths5[:3], lengths10[:3]]),
+            np.concatenate([points5[:3], points10[:3]]),
+            np.concatenate([lengths5[:3], lengths10[:3]]),
             np.concatenate([targets5[:3], targets10[:3]]),
             np.concatenate([hulls[MIN_N]["greedy_ids"][:3], hulls[MAX_N]["greedy_ids"][:3]]),
             os.path.join(args.out, "hulls.png"),
@@ -410,18 +426,24 @@ def main(argv=None):
     ]
 
     results = {
-        "samples_per_task": args.samples, "epochs": args.epochs, "batch_size": args.batch_size,
-        "units": args.units, "beam_width": args.beam_width, "test_examples": test_size,
+        "samples_per_task": args.samples,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "units": args.units,
+        "beam_width": args.beam_width,
+        "test_examples": test_size,
         "sorting": {
-            "greedy": sorting["greedy"], "beam": sorting["beam"],
-            "final_loss": float(sort_history["loss"][-1]), "train_seconds": sort_seconds,
+            "greedy": sorting["greedy"],
+            "beam": sorting["beam"],
+            "final_loss": float(sort_history["loss"][-1]),
+            "train_seconds": sort_seconds,
         },
-        "hull": {
-            f"n{n}": {"greedy": hulls[n]["greedy"], "beam": hulls[n]["beam"]} for n in (MIN_N, MAX_N)
-        },
+        "hull": {f"n{n}": {"greedy": hulls[n]["greedy"], "beam": hulls[n]["beam"]} for n in (MIN_N, MAX_N)},
         "paper_hull_accuracy": {f"n{n}": value for (_, n), value in PAPER.items()},
         "plots": plots,
-        "mixed_precision": args.mixed_precision, "jit": args.jit, "distribute": args.distribute,
+        "mixed_precision": args.mixed_precision,
+        "jit": args.jit,
+        "distribute": args.distribute,
         "replicas": strategy.num_replicas_in_sync,
     }
     results["hull"].update(final_loss=float(hull_history["loss"][-1]), train_seconds=hull_seconds)

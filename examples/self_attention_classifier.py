@@ -43,12 +43,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import common  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from keras import ops  # noqa: E402
+import common
+import keras
+import numpy as np
+from keras import ops
 
-import keras_attention as ka  # noqa: E402
+import keras_attention as ka
 
 LENGTH = 24
 LETTERS = "abcdefgh"
@@ -252,34 +252,50 @@ def train_variant(variant, args, strategy, data, test):
         classifier.compile(
             # The full rate for most of the run finds the link; the smaller
             # rates at the end keep the last epochs from shaking it loose.
-            optimizer=keras.optimizers.Adam(keras.optimizers.schedules.PiecewiseConstantDecay(
-                [int(0.7 * steps), int(0.9 * steps)], [3e-3, 1e-3, 3e-4]
-            )),
+            optimizer=keras.optimizers.Adam(
+                keras.optimizers.schedules.PiecewiseConstantDecay(
+                    [int(0.7 * steps), int(0.9 * steps)], [3e-3, 1e-3, 3e-4]
+                )
+            ),
             loss="sparse_categorical_crossentropy",
-            metrics=["accuracy"], jit_compile=args.jit,
+            metrics=["accuracy"],
+            jit_compile=args.jit,
         )
     print(f"\n=== {variant}: {classifier.count_params()} parameters")
     with common.Timer() as training:
         history = classifier.fit(
-            *data, batch_size=args.batch_size, epochs=args.epochs,
+            *data,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
             validation_split=validation,
-            callbacks=common.callbacks(variant_args), verbose=2 if args.smoke else "auto",
+            callbacks=common.callbacks(variant_args),
+            verbose=2 if args.smoke else "auto",
         )
     model_path = os.path.join(args.out, f"{variant}.keras")
     classifier.save(model_path)
     result, rises, weights = evaluate(classifier, inspector, test)
-    result.update({
-        "final_loss": float(history.history["loss"][-1]), "train_seconds": training.seconds,
-        "parameters": int(classifier.count_params()), "model": model_path,
-    })
+    result.update(
+        {
+            "final_loss": float(history.history["loss"][-1]),
+            "train_seconds": training.seconds,
+            "parameters": int(classifier.count_params()),
+            "model": model_path,
+        }
+    )
     return result, rises, weights
 
 
 def main(argv=None):
     args = common.parse_args(
-        __doc__.splitlines()[0], argv,
-        epochs=30, batch_size=64, samples=10000, out="runs/self_attention",
-        smoke_epochs=1, smoke_samples=256, smoke_batch_size=64,
+        __doc__.splitlines()[0],
+        argv,
+        epochs=30,
+        batch_size=64,
+        samples=10000,
+        out="runs/self_attention",
+        smoke_epochs=1,
+        smoke_samples=256,
+        smoke_batch_size=64,
     )
     strategy = common.setup(args)
     data = make_sequences(args.samples, np.random.default_rng(args.seed))
@@ -295,24 +311,44 @@ def main(argv=None):
             plots.append(plot_weights(variant, weights[example], test[0][example], args.out))
     plots.append(plot_link_detection(curves, args.out))
 
-    common.write_results(args, {
-        "task": "first_letter_count", "length": LENGTH, "letters": len(LETTERS), "classes": MAX_COUNT + 1,
-        "window": WINDOW, "samples": args.samples, "epochs": args.epochs, "batch_size": args.batch_size,
-        "test_sequences": test_size, "chance_accuracy": 1 / (MAX_COUNT + 1), "variants": results,
-        "link_rise_by_distance": curves, "plots": plots,
-        "mixed_precision": args.mixed_precision, "jit": args.jit,
-        "distribute": args.distribute, "replicas": strategy.num_replicas_in_sync,
-    })
-    print(f"\nheld-out results on {test_size} sequences of {LENGTH} (chance accuracy {1 / (MAX_COUNT + 1):.0%}; "
-          f"the window relates letters up to {REACH} positions from the capital):")
-    print(f"  {'variant':<13} {'accuracy':>8} {'count MAE':>9} {'near rise':>9} {'far rise':>8} "
-          f"{'to cap.':>7} {'from cap.':>9} {'train s':>7}")
+    common.write_results(
+        args,
+        {
+            "task": "first_letter_count",
+            "length": LENGTH,
+            "letters": len(LETTERS),
+            "classes": MAX_COUNT + 1,
+            "window": WINDOW,
+            "samples": args.samples,
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "test_sequences": test_size,
+            "chance_accuracy": 1 / (MAX_COUNT + 1),
+            "variants": results,
+            "link_rise_by_distance": curves,
+            "plots": plots,
+            "mixed_precision": args.mixed_precision,
+            "jit": args.jit,
+            "distribute": args.distribute,
+            "replicas": strategy.num_replicas_in_sync,
+        },
+    )
+    print(
+        f"\nheld-out results on {test_size} sequences of {LENGTH} (chance accuracy {1 / (MAX_COUNT + 1):.0%}; "
+        f"the window relates letters up to {REACH} positions from the capital):"
+    )
+    print(
+        f"  {'variant':<13} {'accuracy':>8} {'count MAE':>9} {'near rise':>9} {'far rise':>8} "
+        f"{'to cap.':>7} {'from cap.':>9} {'train s':>7}"
+    )
     for variant, r in results.items():
         to_capital, from_capital = (
             f"{r[k]:.2f}" if k in r else "-" for k in ("weight_to_capital", "weight_from_capital")
         )
-        print(f"  {variant:<13} {r['accuracy']:8.1%} {r['count_mae']:9.2f} {r['near_link_rise']:9.2f} "
-              f"{r['far_link_rise']:8.2f} {to_capital:>7} {from_capital:>9} {r['train_seconds']:7.0f}")
+        print(
+            f"  {variant:<13} {r['accuracy']:8.1%} {r['count_mae']:9.2f} {r['near_link_rise']:9.2f} "
+            f"{r['far_link_rise']:8.2f} {to_capital:>7} {from_capital:>9} {r['train_seconds']:7.0f}"
+        )
     return results
 
 

@@ -39,11 +39,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import common  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import common
+import keras
+import numpy as np
 
-import keras_attention as ka  # noqa: E402
+import keras_attention as ka
 
 # Each mode builds new models, so tf.function retraces by design; its
 # warnings about that would only be noise.
@@ -55,17 +55,64 @@ MODES = ("vanilla", "contextualized", "gated")
 PAD, UNK = 0, 1
 
 ENTITIES = [
-    "camera", "battery life", "screen", "keyboard", "speakers", "price", "design", "software",
-    "customer service", "food", "waiter", "pasta", "dessert", "wine list", "music", "location",
-    "room", "bed", "breakfast", "wifi", "view", "staff", "touchpad", "charger", "menu", "pool",
+    "camera",
+    "battery life",
+    "screen",
+    "keyboard",
+    "speakers",
+    "price",
+    "design",
+    "software",
+    "customer service",
+    "food",
+    "waiter",
+    "pasta",
+    "dessert",
+    "wine list",
+    "music",
+    "location",
+    "room",
+    "bed",
+    "breakfast",
+    "wifi",
+    "view",
+    "staff",
+    "touchpad",
+    "charger",
+    "menu",
+    "pool",
 ]
 POSITIVE_WORDS = [
-    "great", "excellent", "amazing", "fantastic", "superb", "wonderful", "good", "lovely",
-    "outstanding", "brilliant", "perfect", "impressive", "solid", "decent",
+    "great",
+    "excellent",
+    "amazing",
+    "fantastic",
+    "superb",
+    "wonderful",
+    "good",
+    "lovely",
+    "outstanding",
+    "brilliant",
+    "perfect",
+    "impressive",
+    "solid",
+    "decent",
 ]
 NEGATIVE_WORDS = [
-    "awful", "terrible", "horrible", "poor", "bad", "disappointing", "mediocre", "dreadful",
-    "useless", "weak", "annoying", "pathetic", "flimsy", "unacceptable",
+    "awful",
+    "terrible",
+    "horrible",
+    "poor",
+    "bad",
+    "disappointing",
+    "mediocre",
+    "dreadful",
+    "useless",
+    "weak",
+    "annoying",
+    "pathetic",
+    "flimsy",
+    "unacceptable",
 ]
 BETTER = ["better", "much better", "far better", "nicer", "more reliable"]
 WORSE = ["worse", "much worse", "far worse", "less reliable", "weaker"]
@@ -73,15 +120,36 @@ INTENSIFIERS = ["", "", "", "really", "very", "quite", "so", "pretty", "truly", 
 COPULAS = ["is", "was", "seems", "looked", "felt"]
 # Factual predicates: no opinion about the entity, so its label is neutral.
 NEUTRAL_PREDICATES = [
-    "comes in black", "is made of plastic", "was updated last week", "is on the second floor",
-    "arrived on tuesday", "is the standard one", "was described in the manual", "was changed in may",
-    "is next to the entrance", "came with the package", "was listed on the website", "is in the back",
+    "comes in black",
+    "is made of plastic",
+    "was updated last week",
+    "is on the second floor",
+    "arrived on tuesday",
+    "is the standard one",
+    "was described in the manual",
+    "was changed in may",
+    "is next to the entrance",
+    "came with the package",
+    "was listed on the website",
+    "is in the back",
 ]
 POSITIVE_VERBS = ["i loved the {e}", "i really liked the {e}", "we enjoyed the {e}", "i would recommend the {e}"]
 NEGATIVE_VERBS = ["i hated the {e}", "i could not stand the {e}", "we regretted the {e}", "i would avoid the {e}"]
 NEUTRAL_VERBS = ["i noticed the {e}", "we checked the {e}", "i asked about the {e}", "we used the {e}"]
-OPENERS = ["", "", "", "honestly ,", "overall ,", "to be fair ,", "i have to say", "after a week ,",
-           "in my opinion ,", "well ,", "as expected ,", "last night"]
+OPENERS = [
+    "",
+    "",
+    "",
+    "honestly ,",
+    "overall ,",
+    "to be fair ,",
+    "i have to say",
+    "after a week ,",
+    "in my opinion ,",
+    "well ,",
+    "as expected ,",
+    "last night",
+]
 CONNECTIVES = ["but", ", but", "while", "whereas", "and", ", however ,", "; on the other hand ,", "yet", ", though"]
 CLOSERS = ["", "", "", ".", "!", "to be honest", "overall", "i think", "for the money", "this time"]
 
@@ -276,9 +344,15 @@ def plot_sentence(predictions, attention_model, mode, example_rows, examples, en
 
 def main(argv=None):
     args = common.parse_args(
-        __doc__.splitlines()[0], argv,
-        epochs=3, batch_size=64, samples=20000, out="runs/targeted",
-        smoke_epochs=1, smoke_samples=256, smoke_batch_size=64,
+        __doc__.splitlines()[0],
+        argv,
+        epochs=3,
+        batch_size=64,
+        samples=20000,
+        out="runs/targeted",
+        smoke_epochs=1,
+        smoke_samples=256,
+        smoke_batch_size=64,
     )
     strategy = common.setup(args)
     test_size = 150 if args.smoke else 3000
@@ -302,12 +376,18 @@ def main(argv=None):
     sentence = next((words for words, _, _ in test[:60] if sum(w == words for w, _, _ in test[:64]) == 3), test[0][0])
     sentence_rows = [i for i, (words, _, _) in enumerate(test[:64]) if words == sentence]
     results = {
-        "samples": len(train) - held_out, "validation_examples": held_out, "test_examples": len(test),
-        "epochs": args.epochs, "batch_size": args.batch_size,
+        "samples": len(train) - held_out,
+        "validation_examples": held_out,
+        "test_examples": len(test),
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
         "label_counts_test": {name: int(np.sum(test_data[2] == i)) for i, name in enumerate(LABELS)},
         "target_blind_accuracy_ceiling": target_blind_ceiling(test),
-        "modes": {}, "plots": [],
-        "mixed_precision": args.mixed_precision, "jit": args.jit, "distribute": args.distribute,
+        "modes": {},
+        "plots": [],
+        "mixed_precision": args.mixed_precision,
+        "jit": args.jit,
+        "distribute": args.distribute,
         "replicas": strategy.num_replicas_in_sync,
     }
     for mode in MODES:
@@ -327,9 +407,13 @@ def main(argv=None):
         print(f"\n--- TargetedAttention(mode={mode!r})")
         with common.Timer() as training:
             history = classifier.fit(
-                list(train_data[:2]), train_data[2],
-                batch_size=args.batch_size, epochs=args.epochs, validation_data=validation,
-                callbacks=common.callbacks(mode_args), verbose=2 if args.smoke else "auto",
+                list(train_data[:2]),
+                train_data[2],
+                batch_size=args.batch_size,
+                epochs=args.epochs,
+                validation_data=validation,
+                callbacks=common.callbacks(mode_args),
+                verbose=2 if args.smoke else "auto",
             )
         classifier.save(os.path.join(args.out, f"targeted_{mode}.keras"))
         logits = classifier.predict(list(test_data[:2]), batch_size=500, verbose=0)
@@ -340,14 +424,23 @@ def main(argv=None):
             "final_loss": float(history.history["loss"][-1]),
             "train_seconds": training.seconds,
         }
-        results["plots"].append(plot_sentence(
-            predictions, attention_model, mode, sentence_rows, test, test_data,
-            os.path.join(args.out, f"attention_{mode}.png"),
-        ))
+        results["plots"].append(
+            plot_sentence(
+                predictions,
+                attention_model,
+                mode,
+                sentence_rows,
+                test,
+                test_data,
+                os.path.join(args.out, f"attention_{mode}.png"),
+            )
+        )
     common.write_results(args, results)
 
-    print(f"\n{len(test)} held-out examples ({len(train) - held_out} training); "
-          f"a target-blind model could reach at most {results['target_blind_accuracy_ceiling']:.1%}")
+    print(
+        f"\n{len(test)} held-out examples ({len(train) - held_out} training); "
+        f"a target-blind model could reach at most {results['target_blind_accuracy_ceiling']:.1%}"
+    )
     print(f"{'mode':<16}{'accuracy':>10}{'macro-F1':>10}{'train s':>9}")
     for mode, r in results["modes"].items():
         print(f"{mode:<16}{r['accuracy']:>10.1%}{r['macro_f1']:>10.3f}{r['train_seconds']:>9.0f}")

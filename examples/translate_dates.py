@@ -21,16 +21,28 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import common  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import common
+import keras
+import numpy as np
 
-import keras_attention as ka  # noqa: E402
-from keras_attention.export.vocabulary import vocabulary_json  # noqa: E402
-from keras_attention.text import Vocabulary  # noqa: E402
+import keras_attention as ka
+from keras_attention.export.vocabulary import vocabulary_json
+from keras_attention.text import Vocabulary
 
-MONTHS = ["january", "february", "march", "april", "may", "june", "july",
-          "august", "september", "october", "november", "december"]
+MONTHS = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+]
 WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 FIRST_DAY, DAYS = datetime.date(1950, 1, 1), 36524  # 1950-01-01 .. 2049-12-31
 
@@ -51,17 +63,25 @@ def ordinal(day):
 def _fields(date):
     month = MONTHS[date.month - 1]
     return {
-        "d": date.day, "dd": f"{date.day:02d}", "m": date.month, "mm": f"{date.month:02d}",
-        "yyyy": date.year, "yy": f"{date.year % 100:02d}", "month": month, "mon": month[:3],
-        "weekday": WEEKDAYS[date.weekday()], "wd": WEEKDAYS[date.weekday()][:3], "nth": ordinal(date.day),
+        "d": date.day,
+        "dd": f"{date.day:02d}",
+        "m": date.month,
+        "mm": f"{date.month:02d}",
+        "yyyy": date.year,
+        "yy": f"{date.year % 100:02d}",
+        "month": month,
+        "mon": month[:3],
+        "weekday": WEEKDAYS[date.weekday()],
+        "wd": WEEKDAYS[date.weekday()][:3],
+        "nth": ordinal(date.day),
     }
 
 
 FORMATS = [
-    "{weekday} {d} {month} {yyyy}",       # tuesday 3 march 2015
-    "{d}/{m}/{yy}",                       # 3/3/15
-    "{Mon} {d}, {yyyy}",                  # Mar 3, 2015
-    "{dd}.{mm}.{yyyy}",                   # 03.03.2015
+    "{weekday} {d} {month} {yyyy}",  # tuesday 3 march 2015
+    "{d}/{m}/{yy}",  # 3/3/15
+    "{Mon} {d}, {yyyy}",  # Mar 3, 2015
+    "{dd}.{mm}.{yyyy}",  # 03.03.2015
     "{d} {month} {yyyy}",
     "{Month} {nth}, {yyyy}",
     "{yyyy}/{mm}/{dd}",
@@ -117,13 +137,22 @@ def build_models(units=128, embedding=32, attention_units=64, beam_width=5):
     cell = ka.AttentionGRUCell(units, ka.AdditiveAttention(attention_units), name="attention_gru")
     target_embedding = keras.layers.Embedding(len(TARGET), embedding, name="target_embedding")
     readout = keras.layers.Dense(len(TARGET), dtype="float32", name="readout")
-    outputs = ka.AttentionDecoder(cell, name="decoder")(target_embedding(target_in), memory, initial_state=[initial_state])
+    outputs = ka.AttentionDecoder(cell, name="decoder")(
+        target_embedding(target_in), memory, initial_state=[initial_state]
+    )
     trainer = keras.Model([source, target_in], readout(outputs), name="dates_trainer")
 
     def decoder_model(method):
         decoded = ka.InferenceDecoder(
-            cell, target_embedding, readout, START, END, TARGET_LENGTH,
-            method=method, beam_width=beam_width, name=f"{method}_decoder",
+            cell,
+            target_embedding,
+            readout,
+            START,
+            END,
+            TARGET_LENGTH,
+            method=method,
+            beam_width=beam_width,
+            name=f"{method}_decoder",
         )(memory, initial_state=[initial_state])
         return keras.Model(source, decoded, name=f"dates_{method}")
 
@@ -165,9 +194,15 @@ def plot_examples(texts, predictions, alignments, out, count=4):
 
 def main(argv=None):
     args = common.parse_args(
-        __doc__.splitlines()[0], argv,
-        epochs=12, batch_size=128, samples=30000, out="runs/dates",
-        smoke_epochs=1, smoke_samples=512, smoke_batch_size=64,
+        __doc__.splitlines()[0],
+        argv,
+        epochs=12,
+        batch_size=128,
+        samples=30000,
+        out="runs/dates",
+        smoke_epochs=1,
+        smoke_samples=512,
+        smoke_batch_size=64,
     )
     strategy = common.setup(args)
     rng = np.random.default_rng(args.seed)
@@ -188,9 +223,13 @@ def main(argv=None):
     trainer.summary()
     with common.Timer() as training:
         history = trainer.fit(
-            [train_source, train_in], train_out,
-            batch_size=args.batch_size, epochs=args.epochs, validation_split=0.05,
-            callbacks=common.callbacks(args), verbose=2 if args.smoke else "auto",
+            [train_source, train_in],
+            train_out,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            validation_split=0.05,
+            callbacks=common.callbacks(args),
+            verbose=2 if args.smoke else "auto",
         )
     trainer.save(os.path.join(args.out, "dates_trainer.keras"))
     greedy.save(os.path.join(args.out, "dates_greedy.keras"))
@@ -203,9 +242,9 @@ def main(argv=None):
         beam_predictions, _ = translate(beam, texts)
     greedy_accuracy = float(np.mean([p == a for p, a in zip(greedy_predictions, answers)]))
     beam_accuracy = float(np.mean([p == a for p, a in zip(beam_predictions, answers)]))
-    character_accuracy = float(np.mean([
-        np.mean([x == y for x, y in zip(p.ljust(10), a)]) for p, a in zip(greedy_predictions, answers)
-    ]))
+    character_accuracy = float(
+        np.mean([np.mean([x == y for x, y in zip(p.ljust(10), a)]) for p, a in zip(greedy_predictions, answers)])
+    )
     plots = plot_examples(texts, greedy_predictions, alignments, args.out)
     with open(os.path.join(args.out, "vocabulary.json"), "w", encoding="utf-8") as f:
         f.write(vocabulary_json({"source": SOURCE, "target": TARGET}))
@@ -224,19 +263,30 @@ def main(argv=None):
         json.dump(samples, f, indent=1)
 
     results = {
-        "task": "dates", "samples": args.samples, "epochs": args.epochs, "batch_size": args.batch_size,
-        "test_dates": test_size, "greedy_exact_match": greedy_accuracy, "beam_exact_match": beam_accuracy,
+        "task": "dates",
+        "samples": args.samples,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "test_dates": test_size,
+        "greedy_exact_match": greedy_accuracy,
+        "beam_exact_match": beam_accuracy,
         "greedy_character_accuracy": character_accuracy,
         "final_loss": float(history.history["loss"][-1]),
-        "train_seconds": training.seconds, "greedy_decode_seconds": greedy_time.seconds,
-        "beam_decode_seconds": beam_time.seconds, "plots": plots,
-        "mixed_precision": args.mixed_precision, "jit": args.jit, "distribute": args.distribute,
+        "train_seconds": training.seconds,
+        "greedy_decode_seconds": greedy_time.seconds,
+        "beam_decode_seconds": beam_time.seconds,
+        "plots": plots,
+        "mixed_precision": args.mixed_precision,
+        "jit": args.jit,
+        "distribute": args.distribute,
         "replicas": strategy.num_replicas_in_sync,
     }
     common.write_results(args, results)
     errors = [(t, p, a) for t, p, a in zip(texts, greedy_predictions, answers) if p != a]
     print(f"\nexact match on {test_size} held-out dates: greedy {greedy_accuracy:.2%}, beam(5) {beam_accuracy:.2%}")
-    print(f"training {training.seconds:.0f} s; decoding {greedy_time.seconds:.1f} s greedy, {beam_time.seconds:.1f} s beam")
+    print(
+        f"training {training.seconds:.0f} s; decoding {greedy_time.seconds:.1f} s greedy, {beam_time.seconds:.1f} s beam"
+    )
     for text, prediction, answer in errors[:5]:
         print(f"  miss: {text!r} -> {prediction} (expected {answer})")
     for text, prediction in list(zip(texts, greedy_predictions))[:5]:

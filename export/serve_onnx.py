@@ -18,7 +18,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # Run from a checkout without installing: the package sits one level up.
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from keras_attention.export.serve_cli import main  # noqa: E402
+from keras_attention.export.serve_cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,6 +13,7 @@ from keras_attention.cells import (
     AttentionWrapper,
     InferenceDecoder,
 )
+from keras_attention.export import export_model
 from keras_attention.layers import (
     AdditiveAttention,
     AttentionLayer,
@@ -30,7 +31,6 @@ from keras_attention.layers import (
     SelfAttention,
     TargetedAttention,
 )
-from keras_attention.export import export_model
 from keras_attention.losses import SequenceLoss, sequence_loss
 from keras_attention.models import PointerNetwork
 from keras_attention.ops import masked_softmax, sequence_mask

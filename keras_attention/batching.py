@@ -112,7 +112,9 @@ class LengthBucketedBatches(keras.utils.PyDataset):
         self._targets = None if targets is None else _check_ragged("targets", targets)
         sizes = {len(column) for column in columns} | ({len(self._targets)} if self._targets is not None else set())
         if len(sizes) != 1:
-            raise ValueError(f"LengthBucketedBatches: `inputs` and `targets` must have the same number of examples; got sizes {sorted(sizes)}.")
+            raise ValueError(
+                f"LengthBucketedBatches: `inputs` and `targets` must have the same number of examples; got sizes {sorted(sizes)}."
+            )
         (self.size,) = sizes
         if self.size == 0:
             raise ValueError("LengthBucketedBatches: no examples.")
@@ -197,4 +199,3 @@ class LengthBucketedBatches(keras.utils.PyDataset):
     def example_order(self):
         """Example indices in batch order (to align predictions with the data)."""
         return np.concatenate(self._batches)
-

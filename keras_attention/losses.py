@@ -8,17 +8,14 @@ from keras_attention.layers import _checks
 __all__ = ["SequenceLoss", "sequence_loss"]
 
 
-def _check_options(average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch, label_smoothing=0.0):
+def _check_options(
+    average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch, label_smoothing=0.0
+):
     _checks.check_fraction("sequence_loss", "label_smoothing", label_smoothing)
     if average_across_timesteps and sum_over_timesteps:
-        raise ValueError(
-            "sequence_loss: `average_across_timesteps` and `sum_over_timesteps` "
-            "cannot both be true."
-        )
+        raise ValueError("sequence_loss: `average_across_timesteps` and `sum_over_timesteps` cannot both be true.")
     if average_across_batch and sum_over_batch:
-        raise ValueError(
-            "sequence_loss: `average_across_batch` and `sum_over_batch` cannot both be true."
-        )
+        raise ValueError("sequence_loss: `average_across_batch` and `sum_over_batch` cannot both be true.")
 
 
 def sequence_loss(
@@ -65,7 +62,9 @@ def sequence_loss(
     logits = ops.convert_to_tensor(logits)
     targets = ops.convert_to_tensor(targets)
     if len(logits.shape) != 3:
-        raise ValueError(f"sequence_loss: `logits` must have shape (batch, time, vocabulary); got shape {tuple(logits.shape)}.")
+        raise ValueError(
+            f"sequence_loss: `logits` must have shape (batch, time, vocabulary); got shape {tuple(logits.shape)}."
+        )
     if len(targets.shape) != 2:
         raise ValueError(f"sequence_loss: `targets` must have shape (batch, time); got shape {tuple(targets.shape)}.")
     weights = ops.ones(ops.shape(targets), "float32") if weights is None else ops.cast(weights, "float32")
@@ -135,7 +134,9 @@ class SequenceLoss(keras.losses.Loss):
         name="sequence_loss",
         **kwargs,
     ):
-        _check_options(average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch, label_smoothing)
+        _check_options(
+            average_across_timesteps, average_across_batch, sum_over_timesteps, sum_over_batch, label_smoothing
+        )
         super().__init__(name=name, reduction=None, **kwargs)
         self.average_across_timesteps = average_across_timesteps
         self.average_across_batch = average_across_batch
@@ -161,7 +162,11 @@ class SequenceLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         return sequence_loss(
-            y_pred, y_true, average_across_timesteps=False, average_across_batch=False, label_smoothing=self.label_smoothing
+            y_pred,
+            y_true,
+            average_across_timesteps=False,
+            average_across_batch=False,
+            label_smoothing=self.label_smoothing,
         )
 
     def get_config(self):

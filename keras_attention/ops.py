@@ -142,8 +142,7 @@ def sequence_mask(lengths, maxlen=None):
     lengths = ops.convert_to_tensor(lengths)
     if len(lengths.shape) != 1:
         raise ValueError(
-            "sequence_mask: `lengths` must be a rank-1 tensor of shape "
-            f"(batch,); got shape {tuple(lengths.shape)}."
+            f"sequence_mask: `lengths` must be a rank-1 tensor of shape (batch,); got shape {tuple(lengths.shape)}."
         )
     if _checks.is_int(maxlen):
         maxlen = _checks.check_int("sequence_mask", "maxlen", maxlen, 0)
@@ -186,10 +185,14 @@ def safe_cumprod(x, axis=0, exclusive=False, reverse=False):
     """
     x = ops.convert_to_tensor(x)
     if not keras.backend.is_float_dtype(x.dtype):
-        raise ValueError(f"safe_cumprod: `x` must be a float tensor; got dtype {keras.backend.standardize_dtype(x.dtype)}.")
+        raise ValueError(
+            f"safe_cumprod: `x` must be a float tensor; got dtype {keras.backend.standardize_dtype(x.dtype)}."
+        )
     rank = len(x.shape)
     if not (_checks.is_int(axis) and -rank <= axis < rank):
-        raise ValueError(f"safe_cumprod: `axis` must be an integer in [{-rank}, {rank}) (an axis of `x`); got {axis!r}.")
+        raise ValueError(
+            f"safe_cumprod: `axis` must be an integer in [{-rank}, {rank}) (an axis of `x`); got {axis!r}."
+        )
     axis = int(axis)
     tiny = float(np.finfo(keras.backend.standardize_dtype(x.dtype)).tiny)
     # The product is taken along the last axis, from its start.

@@ -72,18 +72,26 @@ class Vocabulary:
     ):
         tokens = list(tokens)
         if len(tokens) < 2 or not all(isinstance(t, str) and t for t in tokens):
-            raise ValueError(f"Vocabulary: `tokens` must be a list of at least 2 non-empty strings; got {tokens!r:.120}.")
+            raise ValueError(
+                f"Vocabulary: `tokens` must be a list of at least 2 non-empty strings; got {tokens!r:.120}."
+            )
         duplicates = [t for t, n in collections.Counter(tokens).items() if n > 1]
         if duplicates:
             raise ValueError(f"Vocabulary: `tokens` has duplicates: {duplicates[:5]!r}.")
         if separator is not None and (not isinstance(separator, str) or not separator):
-            raise ValueError(f"Vocabulary: `separator` must be None (characters) or a non-empty string; got {separator!r}.")
+            raise ValueError(
+                f"Vocabulary: `separator` must be None (characters) or a non-empty string; got {separator!r}."
+            )
         if not isinstance(lowercase, bool):
             raise ValueError(f"Vocabulary: `lowercase` must be True or False; got {lowercase!r}.")
         if normalization is not None and normalization not in _NORMAL_FORMS:
-            raise ValueError(f"Vocabulary: `normalization` must be None or one of {', '.join(_NORMAL_FORMS)}; got {normalization!r}.")
+            raise ValueError(
+                f"Vocabulary: `normalization` must be None or one of {', '.join(_NORMAL_FORMS)}; got {normalization!r}."
+            )
         if pad_token is None or tokens[0] != pad_token:
-            raise ValueError(f"Vocabulary: id 0 must be the padding token {pad_token!r}; got tokens[0] = {tokens[0]!r}.")
+            raise ValueError(
+                f"Vocabulary: id 0 must be the padding token {pad_token!r}; got tokens[0] = {tokens[0]!r}."
+            )
         specials = dict(zip(_SPECIALS, (pad_token, unknown_token, start_token, end_token)))
         for argument, token in specials.items():
             if token is not None and token not in tokens:
@@ -125,13 +133,17 @@ class Vocabulary:
         the order of the texts)."""
         min_count = _checks.check_positive_int("Vocabulary.build", "min_count", min_count)
         counts = collections.Counter()
-        probe = cls([pad_token, "x"], separator=separator, pad_token=pad_token, lowercase=lowercase, normalization=normalization)
+        probe = cls(
+            [pad_token, "x"], separator=separator, pad_token=pad_token, lowercase=lowercase, normalization=normalization
+        )
         for text in _as_texts(texts, "texts"):
             counts.update(probe.tokenize(text))
         specials = [t for t in (pad_token, unknown_token, start_token, end_token) if t is not None]
         specials = list(dict.fromkeys(specials))
         seen = sorted(t for t, n in counts.items() if n >= min_count and t not in specials)
-        return cls(specials + seen, separator, pad_token, unknown_token, start_token, end_token, lowercase, normalization)
+        return cls(
+            specials + seen, separator, pad_token, unknown_token, start_token, end_token, lowercase, normalization
+        )
 
     # ---------------------------------------------------------------- lookup
 
@@ -286,7 +298,9 @@ def _as_texts(texts, argument):
     texts = list(texts)
     bad = [t for t in texts if not isinstance(t, str)]
     if bad:
-        raise ValueError(f"`{argument}` must be a string or a list of strings; got {type(bad[0]).__name__} {bad[0]!r:.60}.")
+        raise ValueError(
+            f"`{argument}` must be a string or a list of strings; got {type(bad[0]).__name__} {bad[0]!r:.60}."
+        )
     return texts
 
 

@@ -14,12 +14,11 @@ def numeric_gradient(f, x, eps=1e-6):
     return grad
 
 
-def assert_input_gradients_match(
-    loss_fn, arrays, analytic_grads, indices=None, names=None, rtol=1e-5, atol=1e-7
-):
+def assert_input_gradients_match(loss_fn, arrays, analytic_grads, indices=None, names=None, rtol=1e-5, atol=1e-7):
     """Compare `analytic_grads[i]` with the numeric gradient of
     `loss_fn(*tensors)` in `arrays[i]`, for each `i` in `indices` (default: all)."""
     for i in range(len(arrays)) if indices is None else indices:
+
         def f(x, i=i):
             args = [tf.constant(a) for a in arrays]
             args[i] = tf.constant(x)
@@ -31,9 +30,7 @@ def assert_input_gradients_match(
         )
 
 
-def assert_weight_gradients_match(
-    layer, loss_fn, analytic_grads, rtol=1e-5, atol=1e-7, min_effect=None
-):
+def assert_weight_gradients_match(layer, loss_fn, analytic_grads, rtol=1e-5, atol=1e-7, min_effect=None):
     """Compare `analytic_grads` (in `layer.trainable_weights` order) with the
     numeric gradients of the zero-argument `loss_fn()` in each weight.
 
@@ -50,7 +47,5 @@ def assert_weight_gradients_match(
         numeric = numeric_gradient(f, original)
         variable.assign(original)
         if min_effect is not None:
-            assert np.abs(numeric).max() > min_effect, (
-                f"{variable.path} has no effect: the check is void"
-            )
+            assert np.abs(numeric).max() > min_effect, f"{variable.path} has no effect: the check is void"
         np.testing.assert_allclose(grad, numeric, rtol=rtol, atol=atol, err_msg=variable.path)

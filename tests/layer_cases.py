@@ -5,7 +5,7 @@ New score layers join the whole test discipline by adding a row here.
 """
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -65,8 +65,7 @@ def dims(case, separate_key=True):
 def weights_of(layer):
     """The layer's trainable weights as float64 arrays, keyed by weight name."""
     return {
-        variable.path.split("/")[-1]: np.asarray(variable.numpy(), np.float64)
-        for variable in layer.trainable_weights
+        variable.path.split("/")[-1]: np.asarray(variable.numpy(), np.float64) for variable in layer.trainable_weights
     }
 
 

@@ -10,7 +10,7 @@ builds functional models.
 """
 
 import dataclasses
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -31,10 +31,10 @@ class Driver:
     # The weights output's expected pattern: "soft" (rows sum to 1 over the
     # allowed positions, 0 with none), "hard" (one-hot or zero rows),
     # "at_most_one" (monotonic: rows sum to at most 1), or None.
-    weights: Optional[str] = "soft"
+    weights: str | None = "soft"
     # (query_valid, value_valid) -> boolean array broadcastable to the
     # weights: where they may be non-zero.
-    allowed: Optional[Callable] = None
+    allowed: Callable | None = None
     # Outputs that are ids (exact, integer) rather than floats.
     ids: tuple = ()
     # Draws random numbers in inference (sampling): two copies differ.
@@ -150,13 +150,25 @@ def _inference(method, attention):
     def make(dtype):
         cell = ka.AttentionGRUCell(5, attention(dtype), dtype=dtype)
         return ka.InferenceDecoder(
-            cell, keras.layers.Embedding(VOCABULARY, 3, dtype=dtype), keras.layers.Dense(VOCABULARY, dtype=dtype),
-            1, 2, MAX_LENGTH, method=method, beam_width=3, dtype=dtype,
+            cell,
+            keras.layers.Embedding(VOCABULARY, 3, dtype=dtype),
+            keras.layers.Dense(VOCABULARY, dtype=dtype),
+            1,
+            2,
+            MAX_LENGTH,
+            method=method,
+            beam_width=3,
+            dtype=dtype,
         )
 
     def run(layer, query, value, query_valid, value_valid):
         result = layer(value, memory_mask=value_valid)
-        return {"ids": result["ids"], "lengths": result["lengths"], "scores": result["scores"], "weights": result["alignments"]}
+        return {
+            "ids": result["ids"],
+            "lengths": result["lengths"],
+            "scores": result["scores"],
+            "weights": result["alignments"],
+        }
 
     def allowed(query_valid, value_valid):
         valid = value_valid[:, None, :]
@@ -185,7 +197,9 @@ _TABLE = {
     "hard_additive": _score(lambda dtype: ka.HardAttention(ka.AdditiveAttention(3), dtype=dtype), "hard"),
     "hard_sample": _score(lambda dtype: ka.HardAttention("general", mode="sample", seed=1, dtype=dtype), "hard"),
     "bahdanau_monotonic": _score(lambda dtype: ka.BahdanauMonotonicAttention(3, dtype=dtype), "at_most_one"),
-    "luong_monotonic": _score(lambda dtype: ka.LuongMonotonicAttention(scale=True, mode="recursive", dtype=dtype), "at_most_one"),
+    "luong_monotonic": _score(
+        lambda dtype: ka.LuongMonotonicAttention(scale=True, mode="recursive", dtype=dtype), "at_most_one"
+    ),
     "multi_head": _multi_head(explicit=False),
     "multi_head_weights": _multi_head(explicit=True),
     "self_attention": _self_attention(),
@@ -198,12 +212,12 @@ _TABLE = {
     "pointer": _pointer(),
     "decoder_gru_additive": _decoder(lambda dtype: ka.AttentionGRUCell(5, ka.AdditiveAttention(3), dtype=dtype)),
     "decoder_wrapper_monotonic": _decoder(
-        lambda dtype: ka.AttentionWrapper(keras.layers.GRUCell(5, dtype=dtype), ka.BahdanauMonotonicAttention(3), dtype=dtype),
+        lambda dtype: ka.AttentionWrapper(
+            keras.layers.GRUCell(5, dtype=dtype), ka.BahdanauMonotonicAttention(3), dtype=dtype
+        ),
         "at_most_one",
     ),
-    "decoder_lstm_scaled_dot": _decoder(
-        lambda dtype: ka.AttentionLSTMCell(D, ka.ScaledDotAttention(), dtype=dtype)
-    ),
+    "decoder_lstm_scaled_dot": _decoder(lambda dtype: ka.AttentionLSTMCell(D, ka.ScaledDotAttention(), dtype=dtype)),
     "greedy_additive": _inference("greedy", lambda dtype: ka.AdditiveAttention(3)),
     "beam_general": _inference("beam", lambda dtype: ka.GeneralAttention()),
     "sample_concat": _inference("sample", lambda dtype: ka.ConcatAttention(3)),
@@ -212,9 +226,7 @@ _TABLE = {
 
 _DECODING = ("greedy", "beam", "sample", "pointer_network")
 DRIVERS = {
-    id: Driver(
-        id, make, run, weights, allowed, ("ids", "lengths") if id.startswith(_DECODING) else (), "sample" in id
-    )
+    id: Driver(id, make, run, weights, allowed, ("ids", "lengths") if id.startswith(_DECODING) else (), "sample" in id)
     for id, (make, run, weights, allowed) in _TABLE.items()
 }
 

@@ -63,9 +63,7 @@ def additive_scores(w, q, k):
     if "scale" in w:  # weight normalisation: g * v / ||v||
         vector = w["scale"] * vector / np.linalg.norm(vector)
     bias = w.get("bias", 0.0)
-    hidden = np.tanh(
-        (q @ w["query_kernel"])[:, :, None, :] + (k @ w["key_kernel"])[:, None, :, :] + bias
-    )
+    hidden = np.tanh((q @ w["query_kernel"])[:, :, None, :] + (k @ w["key_kernel"])[:, None, :, :] + bias)
     return hidden @ vector
 
 

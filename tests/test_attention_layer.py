@@ -10,26 +10,134 @@ from keras_attention.layers import _checks
 # Each layer with the config keys (beyond name, trainable, dtype) it wrote
 # before the layers shared a base: saved models hold exactly these.
 LAYERS = {
-    "AdditiveAttention": (lambda: ka.AdditiveAttention(4), ["dropout", "seed", "units", "use_bias", "normalize", "chunk_size", "kernel_initializer", "kernel_regularizer", "bias_initializer", "bias_regularizer"]),
+    "AdditiveAttention": (
+        lambda: ka.AdditiveAttention(4),
+        [
+            "dropout",
+            "seed",
+            "units",
+            "use_bias",
+            "normalize",
+            "chunk_size",
+            "kernel_initializer",
+            "kernel_regularizer",
+            "bias_initializer",
+            "bias_regularizer",
+        ],
+    ),
     "DotAttention": (lambda: ka.DotAttention(), ["dropout", "seed", "scale"]),
     "ScaledDotAttention": (lambda: ka.ScaledDotAttention(), ["dropout", "seed"]),
-    "GeneralAttention": (lambda: ka.GeneralAttention(), ["dropout", "seed", "kernel_initializer", "kernel_regularizer"]),
-    "ConcatAttention": (lambda: ka.ConcatAttention(3), ["dropout", "seed", "units", "activation", "chunk_size", "kernel_initializer", "kernel_regularizer"]),
+    "GeneralAttention": (
+        lambda: ka.GeneralAttention(),
+        ["dropout", "seed", "kernel_initializer", "kernel_regularizer"],
+    ),
+    "ConcatAttention": (
+        lambda: ka.ConcatAttention(3),
+        ["dropout", "seed", "units", "activation", "chunk_size", "kernel_initializer", "kernel_regularizer"],
+    ),
     "HardAttention": (lambda: ka.HardAttention("dot"), ["seed", "score", "mode", "straight_through", "temperature"]),
-    "BahdanauMonotonicAttention": (lambda: ka.BahdanauMonotonicAttention(4), ["seed", "units", "use_bias", "normalize", "chunk_size", "kernel_initializer", "kernel_regularizer", "bias_initializer", "bias_regularizer", "sigmoid_noise", "score_bias_init", "mode"]),
-    "LuongMonotonicAttention": (lambda: ka.LuongMonotonicAttention(), ["seed", "kernel_initializer", "kernel_regularizer", "sigmoid_noise", "score_bias_init", "mode", "scale"]),
-    "AttentionPooling": (lambda: ka.AttentionPooling(4), ["dropout", "seed", "units", "use_bias", "kernel_initializer", "kernel_regularizer", "bias_initializer", "bias_regularizer"]),
-    "MultiHeadAttention": (lambda: ka.MultiHeadAttention(2, 3), ["num_heads", "key_dim", "value_dim", "dropout", "use_bias", "output_dim", "kernel_initializer", "kernel_regularizer", "bias_initializer", "bias_regularizer", "seed"]),
-    "SelfAttention": (lambda: ka.SelfAttention(4), ["units", "score", "causal", "window", "regularization_weight", "use_bias", "dropout", "seed", "kernel_initializer", "kernel_regularizer", "bias_initializer", "bias_regularizer"]),
-    "PointerAttention": (lambda: ka.PointerAttention(4), ["units", "use_bias", "kernel_initializer", "kernel_regularizer", "bias_initializer", "bias_regularizer"]),
-    "TargetedAttention": (lambda: ka.TargetedAttention(4), ["units", "mode", "kernel_initializer", "kernel_regularizer", "bias_initializer", "bias_regularizer", "dropout", "seed"]),
+    "BahdanauMonotonicAttention": (
+        lambda: ka.BahdanauMonotonicAttention(4),
+        [
+            "seed",
+            "units",
+            "use_bias",
+            "normalize",
+            "chunk_size",
+            "kernel_initializer",
+            "kernel_regularizer",
+            "bias_initializer",
+            "bias_regularizer",
+            "sigmoid_noise",
+            "score_bias_init",
+            "mode",
+        ],
+    ),
+    "LuongMonotonicAttention": (
+        lambda: ka.LuongMonotonicAttention(),
+        ["seed", "kernel_initializer", "kernel_regularizer", "sigmoid_noise", "score_bias_init", "mode", "scale"],
+    ),
+    "AttentionPooling": (
+        lambda: ka.AttentionPooling(4),
+        [
+            "dropout",
+            "seed",
+            "units",
+            "use_bias",
+            "kernel_initializer",
+            "kernel_regularizer",
+            "bias_initializer",
+            "bias_regularizer",
+        ],
+    ),
+    "MultiHeadAttention": (
+        lambda: ka.MultiHeadAttention(2, 3),
+        [
+            "num_heads",
+            "key_dim",
+            "value_dim",
+            "dropout",
+            "use_bias",
+            "output_dim",
+            "kernel_initializer",
+            "kernel_regularizer",
+            "bias_initializer",
+            "bias_regularizer",
+            "seed",
+        ],
+    ),
+    "SelfAttention": (
+        lambda: ka.SelfAttention(4),
+        [
+            "units",
+            "score",
+            "causal",
+            "window",
+            "regularization_weight",
+            "use_bias",
+            "dropout",
+            "seed",
+            "kernel_initializer",
+            "kernel_regularizer",
+            "bias_initializer",
+            "bias_regularizer",
+        ],
+    ),
+    "PointerAttention": (
+        lambda: ka.PointerAttention(4),
+        ["units", "use_bias", "kernel_initializer", "kernel_regularizer", "bias_initializer", "bias_regularizer"],
+    ),
+    "TargetedAttention": (
+        lambda: ka.TargetedAttention(4),
+        [
+            "units",
+            "mode",
+            "kernel_initializer",
+            "kernel_regularizer",
+            "bias_initializer",
+            "bias_regularizer",
+            "dropout",
+            "seed",
+        ],
+    ),
 }
-SCORE_LAYERS = {"AdditiveAttention", "DotAttention", "ScaledDotAttention", "GeneralAttention", "ConcatAttention", "HardAttention", "BahdanauMonotonicAttention", "LuongMonotonicAttention", "AttentionPooling"}
+SCORE_LAYERS = {
+    "AdditiveAttention",
+    "DotAttention",
+    "ScaledDotAttention",
+    "GeneralAttention",
+    "ConcatAttention",
+    "HardAttention",
+    "BahdanauMonotonicAttention",
+    "LuongMonotonicAttention",
+    "AttentionPooling",
+}
 
 
 def test_every_attention_layer_inherits_one_of_the_two_bases():
     layer_classes = {
-        name for name in ka.layers.__all__
+        name
+        for name in ka.layers.__all__
         if issubclass(getattr(ka.layers, name), keras.layers.Layer) and name not in ("AttentionLayer", "BaseAttention")
     }
     assert layer_classes == set(LAYERS)
@@ -131,14 +239,19 @@ def test_the_first_input_mask_passes_on_where_the_output_keeps_its_time_axis(lay
 
 
 def test_shared_checks_name_the_owner_the_argument_and_the_value():
-    with pytest.raises(ValueError, match=r"^Owner: the last dimension of `memory` must be known when the layer is built; got shape \(2, None\)\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^Owner: the last dimension of `memory` must be known when the layer is built; got shape \(2, None\)\.$",
+    ):
         _checks.check_known_last_dim("Owner", "memory", (2, None))
     assert _checks.check_known_last_dim("Owner", "memory", (None, 3)) == 3
     with pytest.raises(ValueError, match=r"^Owner: `n` must be an integer from 1 to 4; got 5\.$"):
         _checks.check_int("Owner", "n", 5, 1, maximum=4)
     assert _checks.check_int("Owner", "n", np.int64(4), 1, maximum=4) == 4
     config = keras.saving.serialize_keras_object(ka.DotAttention(name="dot"))
-    resolved = _checks.resolve_layer("Owner", "score", config, lambda layer: isinstance(layer, ka.DotAttention), "a DotAttention")
+    resolved = _checks.resolve_layer(
+        "Owner", "score", config, lambda layer: isinstance(layer, ka.DotAttention), "a DotAttention"
+    )
     assert isinstance(resolved, ka.DotAttention) and resolved.name == "dot"
     with pytest.raises(ValueError, match=r"^Owner: `score` must be a DotAttention; got 3\.$"):
         _checks.resolve_layer("Owner", "score", 3, lambda layer: isinstance(layer, ka.DotAttention), "a DotAttention")

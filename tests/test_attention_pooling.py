@@ -4,7 +4,6 @@ The same discipline as the score layers (tests/test_layer_discipline.py), for
 a layer that takes one sequence instead of a query and a memory.
 """
 
-
 import keras
 import numpy as np
 import pytest
@@ -196,8 +195,13 @@ def test_get_config_round_trip_gives_identical_outputs():
     rng = np.random.default_rng(8)
     inputs = rng.normal(size=(B, T, D)).astype("float32")
     layer = built_pooling(
-        rng, inputs, use_bias=False, kernel_initializer="he_normal",
-        kernel_regularizer="l2", dropout=0.25, seed=7,
+        rng,
+        inputs,
+        use_bias=False,
+        kernel_initializer="he_normal",
+        kernel_regularizer="l2",
+        dropout=0.25,
+        seed=7,
     )
     config = layer.get_config()
     assert config["units"] == UNITS and config["use_bias"] is False and config["dropout"] == 0.25

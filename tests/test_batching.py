@@ -43,7 +43,9 @@ def test_batches_hold_near_equal_lengths():
     sources = ragged(rng, 400, high=30)
     batches = LengthBucketedBatches(sources, batch_size=20, seed=0)
     # Each batch is a run of the length-sorted examples: no two batches' length ranges interleave.
-    ranges = sorted((min(lengths), max(lengths)) for lengths in ([len(sources[i]) for i in rows] for rows in batches._batches))
+    ranges = sorted(
+        (min(lengths), max(lengths)) for lengths in ([len(sources[i]) for i in rows] for rows in batches._batches)
+    )
     assert all(high <= next_low for (_, high), (next_low, _) in zip(ranges, ranges[1:]))
     padded = sum(np.prod(batches[i][0].shape) for i in range(len(batches)))
     assert padded <= 1.05 * sum(map(len, sources))
@@ -69,7 +71,9 @@ def test_shuffling_is_seeded_and_off_gives_a_fixed_sorted_order():
 
 def test_length_multiple_and_dict_inputs_and_padded_arrays():
     sources = np.array([[1, 2, 3, 0, 0], [4, 0, 0, 0, 0], [5, 6, 0, 0, 0]])
-    batches = LengthBucketedBatches({"source": sources, "extra": sources}, batch_size=3, length_multiple=4, shuffle=False)
+    batches = LengthBucketedBatches(
+        {"source": sources, "extra": sources}, batch_size=3, length_multiple=4, shuffle=False
+    )
     (x,) = batches[0]
     assert set(x) == {"source", "extra"}
     np.testing.assert_array_equal(x["source"], [[4, 0, 0, 0], [5, 6, 0, 0], [1, 2, 3, 0]])
@@ -106,7 +110,10 @@ def test_target_weights_mark_the_real_target_steps():
     "make, message",
     [
         (lambda: LengthBucketedBatches([[1]], batch_size=0), r"`batch_size` must be a positive integer; got 0"),
-        (lambda: LengthBucketedBatches([[1]], length_multiple=True), r"`length_multiple` must be a positive integer; got True"),
+        (
+            lambda: LengthBucketedBatches([[1]], length_multiple=True),
+            r"`length_multiple` must be a positive integer; got True",
+        ),
         (lambda: LengthBucketedBatches([[1], [2]], [[1]]), r"same number of examples; got sizes \[1, 2\]"),
         (lambda: LengthBucketedBatches([]), r"no examples"),
         (lambda: LengthBucketedBatches(([[1]], [[2]]), sort_by=2), r"`sort_by` must name one of the inputs; got 2"),

@@ -63,7 +63,12 @@ def lstm_reference(cell, inputs, memory, mask, state):
     outputs, alignments = [], []
     for t in range(inputs.shape[1]):
         context, alignment = additive_step(a, hidden, memory, mask)
-        gates = inputs[:, t] @ w["input_kernel"] + hidden @ w["recurrent_kernel"] + context @ w["context_kernel"] + w["bias"]
+        gates = (
+            inputs[:, t] @ w["input_kernel"]
+            + hidden @ w["recurrent_kernel"]
+            + context @ w["context_kernel"]
+            + w["bias"]
+        )
         i, f = sigmoid(gates[:, :u]), sigmoid(gates[:, u : 2 * u])
         g, o = np.tanh(gates[:, 2 * u : 3 * u]), sigmoid(gates[:, 3 * u :])
         cell_state = f * cell_state + i * g
@@ -162,8 +167,11 @@ def test_wrapper_matches_the_equations_step_by_step(size, output_attention, inpu
     rng = np.random.default_rng(2)
     inputs, memory, mask = data(rng)
     wrapper = ka.AttentionWrapper(
-        keras.layers.LSTMCell(UNITS), ka.GeneralAttention(),
-        attention_layer_size=size, output_attention=output_attention, input_feeding=input_feeding,
+        keras.layers.LSTMCell(UNITS),
+        ka.GeneralAttention(),
+        attention_layer_size=size,
+        output_attention=output_attention,
+        input_feeding=input_feeding,
     )
     decoder = build_decoder(wrapper, rng, inputs, memory)
     attention_size = size or DM
@@ -311,7 +319,9 @@ def seq2seq(cell_kind, vocabulary=12, units=8):
         "lstm": lambda: ka.AttentionLSTMCell(units, attention),
         "wrapper": lambda: ka.AttentionWrapper(keras.layers.GRUCell(units), attention, attention_layer_size=units),
     }[cell_kind]()
-    outputs = ka.AttentionDecoder(cell, name="decoder")(keras.layers.Embedding(vocabulary, 5, mask_zero=True)(target), memory)
+    outputs = ka.AttentionDecoder(cell, name="decoder")(
+        keras.layers.Embedding(vocabulary, 5, mask_zero=True)(target), memory
+    )
     return keras.Model([source, target], keras.layers.Dense(vocabulary)(outputs))
 
 
@@ -434,13 +444,35 @@ def test_inference_model_exports_with_identical_ids(method, tmp_path):
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda: ka.AttentionGRUCell(0, ka.DotAttention()), r"AttentionGRUCell: `units` must be a positive integer; got 0"),
+        (
+            lambda: ka.AttentionGRUCell(0, ka.DotAttention()),
+            r"AttentionGRUCell: `units` must be a positive integer; got 0",
+        ),
         (lambda: ka.AttentionGRUCell(4, "dot"), r"`attention` must be a score layer of this library"),
         (lambda: ka.AttentionDecoder(keras.layers.GRUCell(4)), r"AttentionDecoder: `cell` must be an attention cell"),
         (lambda: ka.AttentionWrapper("gru", ka.DotAttention()), r"AttentionWrapper: `cell` must be a Keras RNN cell"),
-        (lambda: ka.AttentionWrapper(keras.layers.GRUCell(4), ka.DotAttention(), attention_layer_size=0), r"`attention_layer_size` must be a positive integer or None; got 0"),
-        (lambda: ka.InferenceDecoder(ka.AttentionGRUCell(4, ka.DotAttention()), keras.layers.Embedding(3, 2), keras.layers.Dense(3), 1, 2, 5, method="top"), r"unknown `method` 'top'"),
-        (lambda: ka.InferenceDecoder(ka.AttentionGRUCell(4, ka.DotAttention()), keras.layers.Embedding(3, 2), keras.layers.Dense(3), -1, 2, 5), r"`start_token` must be an integer id >= 0; got -1"),
+        (
+            lambda: ka.AttentionWrapper(keras.layers.GRUCell(4), ka.DotAttention(), attention_layer_size=0),
+            r"`attention_layer_size` must be a positive integer or None; got 0",
+        ),
+        (
+            lambda: ka.InferenceDecoder(
+                ka.AttentionGRUCell(4, ka.DotAttention()),
+                keras.layers.Embedding(3, 2),
+                keras.layers.Dense(3),
+                1,
+                2,
+                5,
+                method="top",
+            ),
+            r"unknown `method` 'top'",
+        ),
+        (
+            lambda: ka.InferenceDecoder(
+                ka.AttentionGRUCell(4, ka.DotAttention()), keras.layers.Embedding(3, 2), keras.layers.Dense(3), -1, 2, 5
+            ),
+            r"`start_token` must be an integer id >= 0; got -1",
+        ),
     ],
 )
 def test_bad_arguments(make, message):
@@ -450,8 +482,12 @@ def test_bad_arguments(make, message):
 
 def test_initial_state_of_the_wrong_size():
     decoder = ka.AttentionDecoder(ka.AttentionLSTMCell(4, ka.DotAttention()))
-    with pytest.raises(ValueError, match=r"AttentionLSTMCell: `initial_state` must hold 2 tensor\(s\) \(sizes \[4, 4\]\); got 1"):
-        decoder(np.zeros((1, 2, 3), "float32"), np.zeros((1, 2, 4), "float32"), initial_state=[np.zeros((1, 4), "float32")])
+    with pytest.raises(
+        ValueError, match=r"AttentionLSTMCell: `initial_state` must hold 2 tensor\(s\) \(sizes \[4, 4\]\); got 1"
+    ):
+        decoder(
+            np.zeros((1, 2, 3), "float32"), np.zeros((1, 2, 4), "float32"), initial_state=[np.zeros((1, 4), "float32")]
+        )
 
 
 def test_inference_decoder_reads_the_memory_keras_mask():
@@ -477,7 +513,9 @@ def test_inference_decoder_runs_a_sequential_read_out_trained_on_sequences():
     memory = keras.layers.Embedding(9, DM, mask_zero=True)(source)
     cell = ka.AttentionLSTMCell(UNITS, ka.AdditiveAttention(4))
     embedding = keras.layers.Embedding(9, DY, mask_zero=True)
-    readout = keras.Sequential([keras.layers.Dense(8, activation="tanh"), keras.layers.Dropout(0.3), keras.layers.Dense(9)])
+    readout = keras.Sequential(
+        [keras.layers.Dense(8, activation="tanh"), keras.layers.Dropout(0.3), keras.layers.Dense(9)]
+    )
     trainer = keras.Model([source, target_in], readout(ka.AttentionDecoder(cell)(embedding(target_in), memory)))
     randomize_model(trainer, rng)
     decoded = keras.Model(source, ka.InferenceDecoder(cell, embedding, readout, 1, 2, 6)(memory))
@@ -567,9 +605,14 @@ def test_one_attention_layer_given_to_two_cells_is_refused_at_the_second():
     inputs, memory, mask = data(rng)
     attention = ka.AdditiveAttention(4)
     first = ka.AttentionGRUCell(UNITS, attention, name="first")
-    with pytest.raises(ValueError, match=r"AttentionLSTMCell: `attention` 'additive_attention\w*' already belongs to AttentionGRUCell 'first'; one layer cannot serve two owners"):
+    with pytest.raises(
+        ValueError,
+        match=r"AttentionLSTMCell: `attention` 'additive_attention\w*' already belongs to AttentionGRUCell 'first'; one layer cannot serve two owners",
+    ):
         ka.AttentionLSTMCell(UNITS, attention)
-    with pytest.raises(ValueError, match=r"AttentionWrapper: `attention` .* already belongs to AttentionGRUCell 'first'"):
+    with pytest.raises(
+        ValueError, match=r"AttentionWrapper: `attention` .* already belongs to AttentionGRUCell 'first'"
+    ):
         ka.AttentionWrapper(keras.layers.GRUCell(4), attention)
     # The first cell keeps the one set of attention weights it was built with.
     decoder = build_decoder(first, rng, inputs, memory)
@@ -584,7 +627,9 @@ def test_one_attention_layer_given_to_two_cells_is_refused_at_the_second():
 def test_score_layers_are_not_shared_between_composite_layers_either():
     score = ka.GeneralAttention()
     ka.HardAttention(score)
-    with pytest.raises(ValueError, match=r"SelfAttention: `score` 'general_attention\w*' already belongs to HardAttention"):
+    with pytest.raises(
+        ValueError, match=r"SelfAttention: `score` 'general_attention\w*' already belongs to HardAttention"
+    ):
         ka.SelfAttention(4, score=score)
 
 
@@ -593,7 +638,10 @@ def test_an_attention_built_for_another_size_is_refused_and_one_built_for_these_
     inputs, memory, mask = data(rng)
     attention = ka.AdditiveAttention(4)
     attention(np.zeros((B, UNITS), "float32"), np.zeros((B, TS, 3), "float32"))  # keys of size 3
-    with pytest.raises(ValueError, match=r"AttentionGRUCell: `attention` '\w+' is already built for queries of size 7 and keys of size 3; this cell queries it with size 7 over a memory of size 6"):
+    with pytest.raises(
+        ValueError,
+        match=r"AttentionGRUCell: `attention` '\w+' is already built for queries of size 7 and keys of size 3; this cell queries it with size 7 over a memory of size 6",
+    ):
         ka.AttentionDecoder(ka.AttentionGRUCell(UNITS, attention))(inputs, memory)
 
     fitting = ka.AdditiveAttention(4)
@@ -658,14 +706,38 @@ def test_wrapper_around_a_cell_with_dropout_trains(make_cell):
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"inputs": np.zeros((2, TT, DY), "float32")}, r"AttentionDecoder: `inputs` and `memory` must have the same batch size; got shapes \(2, 4, 3\) and \(3, 5, 6\)"),
-        ({"memory_mask": np.ones((B, TS - 1), bool)}, r"AttentionDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(3, 4\)"),
-        ({"memory_mask": np.ones((2, TS), bool)}, r"AttentionDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(2, 5\)"),
-        ({"memory_mask": np.ones((B, TS, 1), bool)}, r"`memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(3, 5, 1\)"),
-        ({"inputs_mask": np.ones((B, TT + 1), bool)}, r"AttentionDecoder: `inputs_mask` must have shape \(batch, Tt\) = \(3, 4\); got shape \(3, 5\)"),
-        ({"memory": np.zeros((B, DM), "float32")}, r"AttentionDecoder: `memory` must have rank 3 \(batch, Ts, d\); got shape \(3, 6\)"),
-        ({"initial_state": [np.zeros((2, UNITS), "float32")]}, r"AttentionGRUCell: `initial_state\[0\]` must have shape \(batch, 7\) = \(3, 7\); got shape \(2, 7\)"),
-        ({"initial_state": [np.zeros((B, UNITS + 1), "float32")]}, r"`initial_state\[0\]` must have shape \(batch, 7\) = \(3, 7\); got shape \(3, 8\)"),
+        (
+            {"inputs": np.zeros((2, TT, DY), "float32")},
+            r"AttentionDecoder: `inputs` and `memory` must have the same batch size; got shapes \(2, 4, 3\) and \(3, 5, 6\)",
+        ),
+        (
+            {"memory_mask": np.ones((B, TS - 1), bool)},
+            r"AttentionDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(3, 4\)",
+        ),
+        (
+            {"memory_mask": np.ones((2, TS), bool)},
+            r"AttentionDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(2, 5\)",
+        ),
+        (
+            {"memory_mask": np.ones((B, TS, 1), bool)},
+            r"`memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(3, 5, 1\)",
+        ),
+        (
+            {"inputs_mask": np.ones((B, TT + 1), bool)},
+            r"AttentionDecoder: `inputs_mask` must have shape \(batch, Tt\) = \(3, 4\); got shape \(3, 5\)",
+        ),
+        (
+            {"memory": np.zeros((B, DM), "float32")},
+            r"AttentionDecoder: `memory` must have rank 3 \(batch, Ts, d\); got shape \(3, 6\)",
+        ),
+        (
+            {"initial_state": [np.zeros((2, UNITS), "float32")]},
+            r"AttentionGRUCell: `initial_state\[0\]` must have shape \(batch, 7\) = \(3, 7\); got shape \(2, 7\)",
+        ),
+        (
+            {"initial_state": [np.zeros((B, UNITS + 1), "float32")]},
+            r"`initial_state\[0\]` must have shape \(batch, 7\) = \(3, 7\); got shape \(3, 8\)",
+        ),
     ],
 )
 def test_decoder_checks_the_memory_mask_and_batches_against_the_memory(change, message):
@@ -681,9 +753,18 @@ def test_decoder_checks_the_memory_mask_and_batches_against_the_memory(change, m
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"memory_mask": np.ones((B, TS - 1), bool)}, r"InferenceDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(3, 4\)"),
-        ({"memory_mask": np.ones((2, TS), bool)}, r"InferenceDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(2, 5\)"),
-        ({"initial_state": np.zeros((2, UNITS), "float32")}, r"AttentionGRUCell: `initial_state\[0\]` must have shape \(batch, 7\) = \(3, 7\); got shape \(2, 7\)"),
+        (
+            {"memory_mask": np.ones((B, TS - 1), bool)},
+            r"InferenceDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(3, 4\)",
+        ),
+        (
+            {"memory_mask": np.ones((2, TS), bool)},
+            r"InferenceDecoder: `memory_mask` must have shape \(batch, Ts\) = \(3, 5\); got shape \(2, 5\)",
+        ),
+        (
+            {"initial_state": np.zeros((2, UNITS), "float32")},
+            r"AttentionGRUCell: `initial_state\[0\]` must have shape \(batch, 7\) = \(3, 7\); got shape \(2, 7\)",
+        ),
     ],
 )
 @pytest.mark.parametrize("method", ["greedy", "beam"])
@@ -751,7 +832,10 @@ def test_a_stateful_attention_plugs_into_the_cells_through_the_protocol(make_cel
     np.testing.assert_allclose(states[recurrent + 1], np.sum(stepped, axis=0), atol=1e-6)
     assert (np.asarray(states[recurrent + 1])[~mask] == 0).all()
 
-    with pytest.raises(ValueError, match=r"with a stateful attention \(_CoverageAttention\) the initial state includes the attention's own state"):
+    with pytest.raises(
+        ValueError,
+        match=r"with a stateful attention \(_CoverageAttention\) the initial state includes the attention's own state",
+    ):
         cell.get_initial_state(B)
 
 

@@ -2,10 +2,10 @@
 with units, BahdanauMonotonicAttention): same result as the direct form, same
 gradients, XLA training, export, and the "auto" rule."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 import keras_attention as ka
 from keras_attention.layers import additive
@@ -134,7 +134,10 @@ def test_chunked_layer_fits_with_xla_and_unknown_lengths(make):
     attention = model.get_layer("attention")
     before = [w.numpy().copy() for w in attention.trainable_weights]
     batches = [
-        ((token_batch(rng, batch, source_length), token_batch(rng, batch, target_length)), rng.integers(0, 3, size=batch))
+        (
+            (token_batch(rng, batch, source_length), token_batch(rng, batch, target_length)),
+            rng.integers(0, 3, size=batch),
+        )
         for batch, source_length, target_length in ((8, 7, 5), (5, 4, 6))
     ]
     history = model.fit(unknown_shape_dataset(batches), epochs=2, shuffle=False, verbose=0)
@@ -281,7 +284,9 @@ def test_auto_chunking_with_run_time_shapes_trains_under_xla(budget, monkeypatch
     for chunk_size in ("auto", None):
         keras.utils.set_random_seed(5)
         model = _lstm_query_model(chunk_size)
-        model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+        model.compile(
+            keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True
+        )
         histories.append(model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0).history["loss"])
     assert np.isfinite(histories[0]).all()
     # The same losses as the unchunked twin, step after step.

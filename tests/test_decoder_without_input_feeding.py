@@ -35,13 +35,18 @@ CELLS = {
         keras.layers.LSTMCell(7), ka.GeneralAttention(), attention_layer_size=5, input_feeding=False
     ),
     "lstm_cell_output": lambda: ka.AttentionWrapper(
-        keras.layers.LSTMCell(7), ka.AdditiveAttention(4), attention_layer_size=5, output_attention=False,
+        keras.layers.LSTMCell(7),
+        ka.AdditiveAttention(4),
+        attention_layer_size=5,
+        output_attention=False,
         input_feeding=False,
     ),
     "gru_context": lambda: ka.AttentionWrapper(keras.layers.GRUCell(6), ka.DotAttention(), input_feeding=False),
     "stacked": lambda: ka.AttentionWrapper(
         keras.layers.StackedRNNCells([keras.layers.LSTMCell(6), keras.layers.GRUCell(5)]),
-        ka.ConcatAttention(4), attention_layer_size=5, input_feeding=False,
+        ka.ConcatAttention(4),
+        attention_layer_size=5,
+        input_feeding=False,
     ),
 }
 
@@ -106,7 +111,9 @@ def test_a_model_with_the_whole_sequence_path_compiles_with_xla_and_decodes_as_i
     keras.utils.set_random_seed(2)
     source, target = keras.Input((None,), dtype="int32"), keras.Input((None,), dtype="int32")
     memory = keras.layers.Embedding(9, DM, mask_zero=True)(source)
-    cell = ka.AttentionWrapper(keras.layers.LSTMCell(8), ka.GeneralAttention(), attention_layer_size=8, input_feeding=False)
+    cell = ka.AttentionWrapper(
+        keras.layers.LSTMCell(8), ka.GeneralAttention(), attention_layer_size=8, input_feeding=False
+    )
     target_embedding = keras.layers.Embedding(7, DY, mask_zero=True)
     readout = keras.layers.Dense(7)
     logits = readout(ka.AttentionDecoder(cell)(target_embedding(target), memory))

@@ -80,7 +80,7 @@ def test_beam_search_equals_exhaustive_search(vocabulary, max_length, alpha):
         ids = result["ids"].numpy()[example, 0]
         assert tuple(ids[: len(best_tokens)]) == best_tokens
         assert result["lengths"].numpy()[example, 0] == len(best_tokens)
-        assert (ids[len(best_tokens):] == END).all()
+        assert (ids[len(best_tokens) :] == END).all()
 
 
 def test_narrow_beam_finds_the_exhaustive_best_on_a_peaked_model():
@@ -116,7 +116,7 @@ def test_greedy_matches_a_step_by_step_reference():
             if previous == END:
                 break
         ids = result["ids"].numpy()[example]
-        assert list(ids[: len(tokens)]) == tokens and (ids[len(tokens):] == END).all()
+        assert list(ids[: len(tokens)]) == tokens and (ids[len(tokens) :] == END).all()
         assert result["lengths"].numpy()[example] == len(tokens)
         np.testing.assert_allclose(result["scores"].numpy()[example], total, rtol=1e-5)
 
@@ -134,7 +134,9 @@ def test_length_penalty_changes_the_ranking_as_its_formula_says():
     short, long_ = -1.0, np.log(0.6065) + np.log(0.4966)
     for alpha in (0.0, 2.0):
         result = beam_search(model, model.state, 1, END, 2, beam_width=2, length_penalty_weight=alpha)
-        want = sorted([(short / length_penalty(1, alpha), (0,)), (long_ / length_penalty(2, alpha), (1, 0))], reverse=True)
+        want = sorted(
+            [(short / length_penalty(1, alpha), (0,)), (long_ / length_penalty(2, alpha), (1, 0))], reverse=True
+        )
         got_ids = result["ids"].numpy()[0, 0]
         assert tuple(got_ids[: len(want[0][1])]) == want[0][1]
         np.testing.assert_allclose(result["scores"].numpy()[0], [float(s) for s, _ in want], rtol=1e-4)
@@ -340,19 +342,49 @@ def test_tile_batch_repeats_in_place():
     "call, message",
     [
         (lambda m: beam_search(m, m.state, 1, END, 3, beam_width=0), r"`beam_width` must be a positive integer; got 0"),
-        (lambda m: beam_search(m, m.state, 1, END, 3, 2, length_penalty_weight=-1), r"`length_penalty_weight` must be a finite number >= 0; got -1"),
-        (lambda m: beam_search(m, m.state, 1, END, 3, 2, length_penalty_weight=float("nan")), r"beam_search: `length_penalty_weight` must be a finite number >= 0; got nan"),
-        (lambda m: beam_search(m, m.state, 1, END, 3, 2, length_penalty_weight=float("inf")), r"beam_search: `length_penalty_weight` must be a finite number >= 0; got inf"),
-        (lambda m: beam_search(m, m.state, 1, END, 3, 2, coverage_penalty_weight=float("nan")), r"beam_search: `coverage_penalty_weight` must be a finite number >= 0; got nan"),
-        (lambda m: beam_search(m, m.state, 1, END, 3, 2, coverage_penalty_weight=np.float32("inf")), r"beam_search: `coverage_penalty_weight` must be a finite number >= 0; got np.float32\(inf\)"),
+        (
+            lambda m: beam_search(m, m.state, 1, END, 3, 2, length_penalty_weight=-1),
+            r"`length_penalty_weight` must be a finite number >= 0; got -1",
+        ),
+        (
+            lambda m: beam_search(m, m.state, 1, END, 3, 2, length_penalty_weight=float("nan")),
+            r"beam_search: `length_penalty_weight` must be a finite number >= 0; got nan",
+        ),
+        (
+            lambda m: beam_search(m, m.state, 1, END, 3, 2, length_penalty_weight=float("inf")),
+            r"beam_search: `length_penalty_weight` must be a finite number >= 0; got inf",
+        ),
+        (
+            lambda m: beam_search(m, m.state, 1, END, 3, 2, coverage_penalty_weight=float("nan")),
+            r"beam_search: `coverage_penalty_weight` must be a finite number >= 0; got nan",
+        ),
+        (
+            lambda m: beam_search(m, m.state, 1, END, 3, 2, coverage_penalty_weight=np.float32("inf")),
+            r"beam_search: `coverage_penalty_weight` must be a finite number >= 0; got np.float32\(inf\)",
+        ),
         (lambda m: greedy_search(m, m.state, 1, END, 0), r"`max_length` must be a positive integer; got 0"),
-        (lambda m: sampling_search(m, m.state, 1, END, 3, temperature=0), r"`temperature` must be a finite number > 0; got 0"),
-        (lambda m: sampling_search(m, m.state, 1, END, 3, temperature=float("nan")), r"`temperature` must be a finite number > 0; got nan"),
-        (lambda m: sampling_search(m, m.state, 1, END, 3, top_k=0), r"`top_k` must be a positive integer or None; got 0"),
+        (
+            lambda m: sampling_search(m, m.state, 1, END, 3, temperature=0),
+            r"`temperature` must be a finite number > 0; got 0",
+        ),
+        (
+            lambda m: sampling_search(m, m.state, 1, END, 3, temperature=float("nan")),
+            r"`temperature` must be a finite number > 0; got nan",
+        ),
+        (
+            lambda m: sampling_search(m, m.state, 1, END, 3, top_k=0),
+            r"`top_k` must be a positive integer or None; got 0",
+        ),
         (lambda m: greedy_search(lambda ids, s: ids, m.state, 1, END, 3), r"must return `\(logits, state\)`"),
-        (lambda m: greedy_search(m, m.state, np.ones((2, 2), "int32"), END, 3), r"`start_tokens` must be an int or a rank-1 tensor.*\(2, 2\)"),
+        (
+            lambda m: greedy_search(m, m.state, np.ones((2, 2), "int32"), END, 3),
+            r"`start_tokens` must be an int or a rank-1 tensor.*\(2, 2\)",
+        ),
         (lambda m: tile_batch(np.ones(2), 0), r"`multiplier` must be a positive integer; got 0"),
-        (lambda m: gather_tree(np.ones((2, 2)), np.ones((2, 2, 1)), [1], 0), r"`step_ids` must have shape \(max_time, batch, beam\); got shape \(2, 2\)"),
+        (
+            lambda m: gather_tree(np.ones((2, 2)), np.ones((2, 2, 1)), [1], 0),
+            r"`step_ids` must have shape \(max_time, batch, beam\); got shape \(2, 2\)",
+        ),
     ],
 )
 def test_bad_arguments(call, message):

@@ -29,7 +29,10 @@ def test_docstring_has_formula_paper_shapes_and_a_running_example(cls):
         assert section in doc, f"{cls.__name__} docstring lacks {section!r}"
     assert "arXiv:" in doc
     (example,) = _python_blocks(doc)
-    exec(compile(example, f"<{cls.__name__} example>", "exec"), {"np": np, "keras": keras, "keras_attention": keras_attention})
+    exec(
+        compile(example, f"<{cls.__name__} example>", "exec"),
+        {"np": np, "keras": keras, "keras_attention": keras_attention},
+    )
 
 
 @pytest.mark.parametrize(
@@ -47,7 +50,10 @@ def test_docstring_has_formula_paper_shapes_and_a_running_example(cls):
 )
 def test_function_examples_run(function):
     (example,) = _python_blocks(inspect.getdoc(function))
-    exec(compile(example, f"<{function.__name__} example>", "exec"), {"np": np, "keras": keras, "keras_attention": keras_attention})
+    exec(
+        compile(example, f"<{function.__name__} example>", "exec"),
+        {"np": np, "keras": keras, "keras_attention": keras_attention},
+    )
 
 
 def test_readme_examples_run(tmp_path, monkeypatch):

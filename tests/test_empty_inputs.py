@@ -35,8 +35,10 @@ KERAS_LIMITS = {
 # An empty target span is refused, by name, when the target mask is concrete
 # (documented): with no valid position there is no target to attend from.
 REFUSED = {
-    ("targeted_vanilla", "memory_0"), ("targeted_vanilla", "all_masked"),
-    ("targeted_gated", "memory_0"), ("targeted_gated", "all_masked"),
+    ("targeted_vanilla", "memory_0"),
+    ("targeted_vanilla", "all_masked"),
+    ("targeted_gated", "memory_0"),
+    ("targeted_gated", "all_masked"),
 }
 
 
@@ -130,4 +132,6 @@ def test_in_predict_and_exported(model_and_export, case):
             _check(driver, results[driver.id], *inputs[2:])
         for name, want in predicted[driver.id].items():
             np.testing.assert_allclose(from_onnx[driver.id][name], want, atol=1e-5, err_msg=f"{driver.id} {name} onnx")
-            np.testing.assert_allclose(from_saved_model[driver.id][name], want, atol=1e-5, err_msg=f"{driver.id} {name} saved_model")
+            np.testing.assert_allclose(
+                from_saved_model[driver.id][name], want, atol=1e-5, err_msg=f"{driver.id} {name} saved_model"
+            )

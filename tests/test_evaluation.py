@@ -74,4 +74,6 @@ def test_errors(args, message):
 
 def test_brute_force_helper_is_exhaustive_on_a_known_case():
     assert brute_force_distance(list("ab"), list("ba")) == 2
-    assert all(brute_force_distance(list(p), list("xyz")) == edit_distance(p, "xyz") for p in itertools.permutations("xyz"))
+    assert all(
+        brute_force_distance(list(p), list("xyz")) == edit_distance(p, "xyz") for p in itertools.permutations("xyz")
+    )

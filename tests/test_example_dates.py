@@ -18,7 +18,9 @@ from keras_attention.export import load_vocabulary  # noqa: E402
 def run(out, *extra):
     completed = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "translate_dates.py"), "--smoke", "--out", str(out), *extra],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]
     return json.loads((out / "results.json").read_text()), completed.stdout
@@ -33,7 +35,15 @@ def test_smoke_run_writes_its_outputs(distribute, tmp_path):
     # Chance is 1/13 per character; one smoke epoch learns at least the fixed
     # dashes (measured: 0.20).
     assert results["greedy_character_accuracy"] > 0.12
-    for name in ("dates_trainer.keras", "dates_greedy.keras", "dates_beam.keras", "checkpoint.keras", "vocabulary.json", "sample_inputs.json", "attention_0.png"):
+    for name in (
+        "dates_trainer.keras",
+        "dates_greedy.keras",
+        "dates_beam.keras",
+        "checkpoint.keras",
+        "vocabulary.json",
+        "sample_inputs.json",
+        "attention_0.png",
+    ):
         assert (tmp_path / name).stat().st_size > 0, name
     # The vocabularies the model was trained with, as the export ships them.
     assert load_vocabulary(tmp_path) == {"source": translate_dates.SOURCE, "target": translate_dates.TARGET}

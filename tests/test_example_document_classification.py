@@ -14,12 +14,19 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_smoke_run_writes_model_plots_and_metrics(tmp_path):
     completed = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "document_classification.py"), "--smoke", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
-    for name in ("accuracy", "bag_of_words_accuracy", "key_sentence_hit_rate",
-                 "key_sentence_weight", "top_word_is_cue_or_topic_rate"):
+    for name in (
+        "accuracy",
+        "bag_of_words_accuracy",
+        "key_sentence_hit_rate",
+        "key_sentence_weight",
+        "top_word_is_cue_or_topic_rate",
+    ):
         assert math.isfinite(results[name]) and 0.0 <= results[name] <= 1.0, (name, results[name])
     assert math.isfinite(results["final_loss"]) and results["final_loss"] > 0
     assert results["test_documents"] == 200 and results["epochs"] == 1
@@ -35,9 +42,8 @@ def test_smoke_run_writes_model_plots_and_metrics(tmp_path):
 def test_generated_documents_hide_the_label_from_a_word_count():
     sys.path.insert(0, str(ROOT / "examples"))
     try:
-        import numpy as np
-
         import document_classification as dc
+        import numpy as np
     finally:
         sys.path.remove(str(ROOT / "examples"))
     documents, labels, keys = dc.make_documents(300, np.random.default_rng(0))

@@ -36,7 +36,9 @@ def test_cmudict_split_is_the_documented_one():
     assert not set(split["test"]) & set(split["train"]) and not set(split["dev"]) & set(split["train"])
     # Stress digits are gone; every pronunciation of a word stays with it.
     assert split["train"]["abbreviate"] == [["AH", "B", "R", "IY", "V", "IY", "EY", "T"]]
-    assert all(not any(ch.isdigit() for p in options for phone in p for ch in phone) for options in split["test"].values())
+    assert all(
+        not any(ch.isdigit() for p in options for phone in p for ch in phone) for options in split["test"].values()
+    )
 
 
 def test_smoke_model_memorises_its_fifty_words_and_exports_with_parity(cmudict_smoke):
@@ -49,7 +51,14 @@ def test_smoke_model_memorises_its_fifty_words_and_exports_with_parity(cmudict_s
     assert ours["history"] and ours["history"][-1]["train_seconds"] > 0
     assert ours["onnx_serving"]["same_as_keras"] >= 0.999
     assert all(diff <= 1e-4 for diff in ours["export_parity"].values())
-    for name in ("g2p_trainer.keras", "g2p_greedy.keras", "g2p_beam.keras", "history.json", "export/pronounce.onnx", "export/vocabulary.json"):
+    for name in (
+        "g2p_trainer.keras",
+        "g2p_greedy.keras",
+        "g2p_beam.keras",
+        "history.json",
+        "export/pronounce.onnx",
+        "export/vocabulary.json",
+    ):
         assert (out / name).stat().st_size > 0, name
     assert len(ours["plots"]) == 4 and all(Path(p).stat().st_size > 0 for p in ours["plots"])
     assert (out / "results" / "g2p_cmudict.json").read_text() == (out / "results.json").read_text()
@@ -64,8 +73,18 @@ def test_serve_command_pronounces_a_word_list(cmudict_smoke, tmp_path):
     words = sorted(data.subset(data.cmudict_split()["train"], 50))[:5]
     (tmp_path / "words.txt").write_text("\n".join(words) + "\n")
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "export" / "serve_onnx.py"), str(out / "export"), "--signature", "pronounce", "--texts", str(tmp_path / "words.txt")],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(ROOT / "export" / "serve_onnx.py"),
+            str(out / "export"),
+            "--signature",
+            "pronounce",
+            "--texts",
+            str(tmp_path / "words.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
     lines = completed.stdout.splitlines()

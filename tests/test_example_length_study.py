@@ -18,7 +18,9 @@ def smoke_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("length_study")
     completed = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "length_study.py"), "--smoke", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     return out, completed
 

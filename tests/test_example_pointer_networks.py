@@ -50,8 +50,8 @@ def test_hull_targets_are_one_based_then_end_and_padding():
     for row in range(50):
         hull = example.convex_hull(points[row, : lengths[row]])
         np.testing.assert_array_equal(targets[row, : len(hull)], np.array(hull) + 1)
-        assert (targets[row, len(hull):] == example.END).all()
-        assert (points[row, lengths[row]:] == 0).all() and (points[row, : lengths[row]] > 0).all()
+        assert (targets[row, len(hull) :] == example.END).all()
+        assert (points[row, lengths[row] :] == 0).all() and (points[row, : lengths[row]] > 0).all()
 
 
 def test_coverage_of_partial_crossing_and_degenerate_polygons():

@@ -15,7 +15,9 @@ VARIANTS = ("multi_head", "causal", "local", "mean_pooling")
 def test_smoke_run_writes_models_plots_and_metrics(tmp_path):
     completed = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "self_attention_classifier.py"), "--smoke", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
@@ -49,7 +51,6 @@ def test_generated_counts_match_the_sequences():
     sys.path.insert(0, str(ROOT / "examples"))
     try:
         import numpy as np
-
         import self_attention_classifier as sa
     finally:
         sys.path.remove(str(ROOT / "examples"))

@@ -49,7 +49,7 @@ def test_encoding_marks_the_target_span_inside_the_words():
     vocabulary = {w: i + 2 for i, w in enumerate(sorted({w for ws, _, _ in examples for w in ws}))}
     ids, target, labels = example.encode(examples, vocabulary, 40)
     for row, (words, (first, last), label) in enumerate(examples):
-        assert (ids[row, : len(words)] >= 2).all() and (ids[row, len(words):] == 0).all()
+        assert (ids[row, : len(words)] >= 2).all() and (ids[row, len(words) :] == 0).all()
         np.testing.assert_array_equal(np.flatnonzero(target[row]), np.arange(first, last + 1))
         assert labels[row] == label
 

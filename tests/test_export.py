@@ -17,9 +17,6 @@ import tensorflow as tf
 from keras import ops
 
 import keras_attention as ka
-from keras_attention.export import cli as export_cli
-from keras_attention.export import models as export_models
-from keras_attention.export import signatures as export_signatures
 from keras_attention.export import (
     ExportError,
     decode_ids,
@@ -28,6 +25,9 @@ from keras_attention.export import (
     load_vocabulary,
     run_onnx,
 )
+from keras_attention.export import cli as export_cli
+from keras_attention.export import models as export_models
+from keras_attention.export import signatures as export_signatures
 from tests.layer_cases import CASES, keras_model, randomize_model, token_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,11 +132,22 @@ def seq2seq(tmp_path_factory):
     embedding, output_layer = keras.layers.Embedding(VOCABULARY, 5), keras.layers.Dense(VOCABULARY, name="logits")
     decoded = ka.AttentionDecoder(cell, name="decoder")(embedding(target), memory)
     train = keras.Model([source, target], output_layer(decoded))
-    greedy = keras.Model(source, ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, max_length=7, name="greedy")(memory))
+    greedy = keras.Model(
+        source, ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, max_length=7, name="greedy")(memory)
+    )
     beam = keras.Model(
         source,
         ka.InferenceDecoder(
-            cell, embedding, output_layer, 1, 2, max_length=7, method="beam", beam_width=3, length_penalty_weight=0.6, name="beam"
+            cell,
+            embedding,
+            output_layer,
+            1,
+            2,
+            max_length=7,
+            method="beam",
+            beam_width=3,
+            length_penalty_weight=0.6,
+            name="beam",
         )(memory),
     )
     randomize_model(train, np.random.default_rng(1), scale=1.5)
@@ -153,7 +164,13 @@ def test_teacher_forced_and_decoding_signatures_match_keras(seq2seq):
     assert set(report.signatures) == {"serving_default", "translate", "translate_beam"}
     assert report.signatures["translate"]["inputs"] == {"source": {"shape": [None, None], "dtype": "int32"}}
     assert set(report.signatures["translate"]["outputs"]) == {"ids", "scores", "lengths", "alignments"}
-    assert set(report.signatures["translate_beam"]["outputs"]) == {"ids", "scores", "lengths", "alignments", "log_probs"}
+    assert set(report.signatures["translate_beam"]["outputs"]) == {
+        "ids",
+        "scores",
+        "lengths",
+        "alignments",
+        "log_probs",
+    }
     for signature in ("translate", "translate_beam"):
         for format in ("saved_model", "onnx"):
             assert report.max_abs_diff(format, "ids", signature) == 0
@@ -161,7 +178,12 @@ def test_teacher_forced_and_decoding_signatures_match_keras(seq2seq):
             assert report.max_abs_diff(format, "scores", signature) <= 1e-4
     assert report.max_abs_diff("onnx", "logits") <= 1e-4
     assert {p.name for p in directory.iterdir()} == {
-        "saved_model", "model.onnx", "translate.onnx", "translate_beam.onnx", "vocabulary.json", "report.json"
+        "saved_model",
+        "model.onnx",
+        "translate.onnx",
+        "translate_beam.onnx",
+        "vocabulary.json",
+        "report.json",
     }
 
     # A batch size and source length never traced nor verified: ids still exactly equal.
@@ -182,8 +204,19 @@ def test_saved_model_cli_lists_the_named_signatures(seq2seq):
     # TensorFlow's own command, run as a module: its console script is not
     # on every installation's PATH, the module always comes with TensorFlow.
     shown = subprocess.run(
-        [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "show", "--dir", str(seq2seq["directory"] / "saved_model"), "--tag_set", "serve"],
-        capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""},
+        [
+            sys.executable,
+            "-m",
+            "tensorflow.python.tools.saved_model_cli",
+            "show",
+            "--dir",
+            str(seq2seq["directory"] / "saved_model"),
+            "--tag_set",
+            "serve",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""},
     )
     assert shown.returncode == 0, shown.stderr
     for signature in ("serving_default", "translate", "translate_beam"):
@@ -218,8 +251,16 @@ def load_script(name):
 
 def test_serve_onnx_script_prints_the_translations_and_tensors_on_request(seq2seq, capsys):
     done = run_script(
-        "export/serve_onnx.py", seq2seq["directory"], "--signature", "translate",
-        "--inputs", json.dumps({"source": ["abc", "ba"]}), "--runs", "20", "--threads", "1",
+        "export/serve_onnx.py",
+        seq2seq["directory"],
+        "--signature",
+        "translate",
+        "--inputs",
+        json.dumps({"source": ["abc", "ba"]}),
+        "--runs",
+        "20",
+        "--threads",
+        "1",
     )
     assert done.returncode == 0, done.stderr
     sources = encode_strings(["abc", "ba"], TOY_VOCABULARY)
@@ -233,7 +274,9 @@ def test_serve_onnx_script_prints_the_translations_and_tensors_on_request(seq2se
     directory = str(seq2seq["directory"])
     inputs = seq2seq["directory"].parent / "inputs.json"
     inputs.write_text(json.dumps(["abc", "ba"]))
-    assert serve.main([directory, "--signature", "translate", "--inputs-file", str(inputs), "--runs", "3", "--json"]) == 0
+    assert (
+        serve.main([directory, "--signature", "translate", "--inputs-file", str(inputs), "--runs", "3", "--json"]) == 0
+    )
     document = json.loads(capsys.readouterr().out)
     assert [row["text"] for row in document["translations"]] == want
     np.testing.assert_allclose([row["score"] for row in document["translations"]], decoded["scores"], atol=1e-4)
@@ -241,7 +284,9 @@ def test_serve_onnx_script_prints_the_translations_and_tensors_on_request(seq2se
     assert set(document["latency_ms"]) == {"p50", "p90", "p99", "mean", "runs"}
     assert 0 < document["latency_ms"]["p50"] <= document["latency_ms"]["p99"]
     # --runs 0: the translations, no timing.
-    assert serve.main([directory, "--signature", "translate", "--inputs-file", str(inputs), "--runs", "0", "--json"]) == 0
+    assert (
+        serve.main([directory, "--signature", "translate", "--inputs-file", str(inputs), "--runs", "0", "--json"]) == 0
+    )
     assert json.loads(capsys.readouterr().out) == {"translations": document["translations"]}
     assert serve.main([directory, "--signature", "translate", "--inputs-file", str(inputs), "--runs", "0"]) == 0
     captured = capsys.readouterr()
@@ -249,21 +294,53 @@ def test_serve_onnx_script_prints_the_translations_and_tensors_on_request(seq2se
 
     # A beam search: the best beam, with its score.
     beams = {k: np.asarray(v) for k, v in seq2seq["beam"](sources).items()}
-    assert serve.main([directory, "--signature", "translate_beam", "--inputs", json.dumps(["abc", "ba"]), "--runs", "1", "--json"]) == 0
+    assert (
+        serve.main(
+            [directory, "--signature", "translate_beam", "--inputs", json.dumps(["abc", "ba"]), "--runs", "1", "--json"]
+        )
+        == 0
+    )
     document = json.loads(capsys.readouterr().out)
     assert [row["text"] for row in document["translations"]] == decode_ids(beams["ids"][:, 0], TOY_VOCABULARY)
     np.testing.assert_allclose([row["score"] for row in document["translations"]], beams["scores"][:, 0], atol=1e-4)
 
     # Tensors on request.
-    assert serve.main([directory, "--signature", "translate", "--inputs", json.dumps(["abc"]), "--runs", "1", "--all-outputs"]) == 0
+    assert (
+        serve.main(
+            [directory, "--signature", "translate", "--inputs", json.dumps(["abc"]), "--runs", "1", "--all-outputs"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.splitlines()[0] == want[0] and "alignments float32 (1, 7, 3)" in out and "ids int32 (1, 7)" in out
-    assert serve.main([directory, "--signature", "translate", "--inputs", json.dumps(["abc"]), "--runs", "1", "--json", "--all-outputs"]) == 0
+    assert (
+        serve.main(
+            [
+                directory,
+                "--signature",
+                "translate",
+                "--inputs",
+                json.dumps(["abc"]),
+                "--runs",
+                "1",
+                "--json",
+                "--all-outputs",
+            ]
+        )
+        == 0
+    )
     document = json.loads(capsys.readouterr().out)
-    np.testing.assert_allclose(document["outputs"]["alignments"], np.asarray(seq2seq["greedy"](sources[:1])["alignments"]), atol=1e-4)
+    np.testing.assert_allclose(
+        document["outputs"]["alignments"], np.asarray(seq2seq["greedy"](sources[:1])["alignments"]), atol=1e-4
+    )
 
     # A model without ids prints its outputs.
-    assert serve.main([directory, "--inputs", json.dumps({"source": sources.tolist(), "target": sources.tolist()}), "--runs", "1"]) == 0
+    assert (
+        serve.main(
+            [directory, "--inputs", json.dumps({"source": sources.tolist(), "target": sources.tolist()}), "--runs", "1"]
+        )
+        == 0
+    )
     assert "logits float32 (2, 3, 9)" in capsys.readouterr().out
 
 
@@ -272,12 +349,21 @@ def test_serve_onnx_script_prints_the_translations_and_tensors_on_request(seq2se
     [
         ("[]", r"error: input 'source' must have rank 2, shape \(batch, source_length\); got shape \(0,\) \(\[\]\)\."),
         ("5", r"error: input 'source' must have rank 2, shape \(batch, source_length\); got shape \(\) \(5\)\."),
-        ("null", r"error: input 'source' must be a nested list of numbers of shape \(batch, source_length\); got None\."),
-        ('[[1, 2], [3]]', r"error: input 'source' must be a nested list of numbers of shape \(batch, source_length\)"),
-        ("[[1, 99]]", r"error: input 'source' holds the id 99, outside the model's vocabulary: its embedding has 9 rows \(ids 0 to 8\)\."),
+        (
+            "null",
+            r"error: input 'source' must be a nested list of numbers of shape \(batch, source_length\); got None\.",
+        ),
+        ("[[1, 2], [3]]", r"error: input 'source' must be a nested list of numbers of shape \(batch, source_length\)"),
+        (
+            "[[1, 99]]",
+            r"error: input 'source' holds the id 99, outside the model's vocabulary: its embedding has 9 rows \(ids 0 to 8\)\.",
+        ),
         ("[[1, -1]]", r"error: input 'source' holds the id -1, outside the model's vocabulary"),
         ("[[1.5, 2]]", r"error: input 'source' must hold integers \(it is int32\)"),
-        ('{"source": [[1]], "extra": [[1]]}', r"error: `inputs` has keys \['extra', 'source'\]; the model expects exactly \['source'\]\."),
+        (
+            '{"source": [[1]], "extra": [[1]]}',
+            r"error: `inputs` has keys \['extra', 'source'\]; the model expects exactly \['source'\]\.",
+        ),
         ("{not json", r"error: --inputs is not valid JSON"),
     ],
 )
@@ -292,7 +378,9 @@ def test_serve_onnx_failures_are_one_line_naming_the_input(seq2seq, capsys, inpu
 
 def test_run_onnx_raises_value_errors_naming_the_input(seq2seq):
     directory = seq2seq["directory"]
-    with pytest.raises(ValueError, match=r"input 'source' holds the id 12, outside the model's vocabulary: its embedding has 9 rows"):
+    with pytest.raises(
+        ValueError, match=r"input 'source' holds the id 12, outside the model's vocabulary: its embedding has 9 rows"
+    ):
         run_onnx(directory, {"source": [[1, 12]]}, signature="translate")
     with pytest.raises(ValueError, match=r"input 'target' must have rank 2"):
         run_onnx(directory, {"source": [[1]], "target": [1]})
@@ -311,7 +399,9 @@ def _script_errors(done):
 
 
 def test_serve_onnx_script_in_its_own_process_prints_no_traceback(seq2seq, tmp_path):
-    done = run_script("export/serve_onnx.py", seq2seq["directory"], "--signature", "translate", "--inputs", "[[1, 99]]", "--runs", "1")
+    done = run_script(
+        "export/serve_onnx.py", seq2seq["directory"], "--signature", "translate", "--inputs", "[[1, 99]]", "--runs", "1"
+    )
     assert done.returncode == 1 and done.stdout == ""
     assert _script_errors(done) == [
         "error: input 'source' holds the id 99, outside the model's vocabulary: its embedding has 9 rows (ids 0 to 8)."
@@ -334,9 +424,17 @@ def test_vocabulary_helpers(tmp_path):
     np.testing.assert_array_equal(ids, [[1, 2], [2, 0], [0, 0]])
     assert decode_ids([[1, 3, 4, 2, 5], [0, 0, 0, 0, 0]], TOY_VOCABULARY) == ["xy", ""]
     # The older list form (what the dates example once wrote): ids for start/end, lower-casing, "<unk>" for the rest.
-    (tmp_path / "vocabulary.json").write_text(json.dumps(
-        {"source": ["<pad>", "<unk>", "a", "b"], "target": ["<pad>", "<start>", "<end>", "1", "2"], "lowercase": True, "start": 1, "end": 2}
-    ))
+    (tmp_path / "vocabulary.json").write_text(
+        json.dumps(
+            {
+                "source": ["<pad>", "<unk>", "a", "b"],
+                "target": ["<pad>", "<start>", "<end>", "1", "2"],
+                "lowercase": True,
+                "start": 1,
+                "end": 2,
+            }
+        )
+    )
     dates = load_vocabulary(tmp_path)
     np.testing.assert_array_equal(encode_strings(["AbZ"], dates), [[2, 3, 1]])
     assert decode_ids([[1, 3, 4, 2, 3]], dates) == ["12"]
@@ -365,11 +463,17 @@ class Classifier(keras.Model):
 def test_subclassed_model_with_an_input_signature_and_text_samples(tmp_path):
     model = Classifier()
     model(np.ones((1, 3), "int32"))
-    with pytest.raises(ValueError, match=r"`model` is not a functional model, so its inputs are unknown: pass `input_signature`"):
+    with pytest.raises(
+        ValueError, match=r"`model` is not a functional model, so its inputs are unknown: pass `input_signature`"
+    ):
         export_model(model, tmp_path / "export")
     report = export_model(
-        model, tmp_path / "export", formats=["onnx"], input_signature={"source": ((None, None), "int32")},
-        vocabulary=TOY_VOCABULARY, sample_inputs=[{"source": ["abc", "a"]}, {"source": ["hhhhhhh"]}],
+        model,
+        tmp_path / "export",
+        formats=["onnx"],
+        input_signature={"source": ((None, None), "int32")},
+        vocabulary=TOY_VOCABULARY,
+        sample_inputs=[{"source": ["abc", "a"]}, {"source": ["hhhhhhh"]}],
     )
     assert report.ok and report.batches["serving_default"] == [{"source": [2, 3]}, {"source": [1, 7]}]
     assert [i.name for i in onnx_session(tmp_path / "export" / "model.onnx").get_inputs()] == ["source"]
@@ -454,7 +558,10 @@ def test_an_op_that_does_not_convert_is_named_and_nothing_is_left(tmp_path):
     logits = keras.layers.Dense(4)(keras.layers.Embedding(10, 3)(tokens))
     model = keras.Model(tokens, FloatArgmax(name="best")(logits))
     directory = tmp_path / "new" / "deeper" / "export"
-    with pytest.raises(ExportError, match=r"signature 'serving_default': TensorFlow op\(s\) with no ONNX conversion at opset 17: Bitcast .*ops.top_k"):
+    with pytest.raises(
+        ExportError,
+        match=r"signature 'serving_default': TensorFlow op\(s\) with no ONNX conversion at opset 17: Bitcast .*ops.top_k",
+    ):
         export_model(model, directory)
     assert list(tmp_path.iterdir()) == []
 
@@ -463,9 +570,13 @@ def test_a_parity_failure_names_the_output_and_nothing_is_left(tmp_path, monkeyp
     # A Keras reference that drifts by 0.5 stands in for a real numerical mismatch.
     call_keras = export_signatures.Signature.call_keras
     monkeypatch.setattr(
-        export_signatures.Signature, "call_keras", lambda self, arrays: {k: v + 0.5 for k, v in call_keras(self, arrays).items()}
+        export_signatures.Signature,
+        "call_keras",
+        lambda self, arrays: {k: v + 0.5 for k, v in call_keras(self, arrays).items()},
     )
-    with pytest.raises(ExportError, match=r"onnx signature 'serving_default' output 'logits': max \|diff\| 0.5 \(allowed 0.0001\)") as caught:
+    with pytest.raises(
+        ExportError, match=r"onnx signature 'serving_default' output 'logits': max \|diff\| 0.5 \(allowed 0.0001\)"
+    ) as caught:
         export_model(small_model(), tmp_path / "export", formats=["onnx"])
     assert caught.value.report is not None and not caught.value.report.ok
     assert list(tmp_path.iterdir()) == []
@@ -495,12 +606,23 @@ def test_export_command_prints_the_table_and_writes_the_json_report(tmp_path, ca
     model = small_model()
     randomize_model(model, np.random.default_rng(6))
     model.save(tmp_path / "model.keras")
-    done = run_script("export/export_model.py", tmp_path / "model.keras", tmp_path / "out", "--opset", "15", "--report", tmp_path / "r.json")
+    done = run_script(
+        "export/export_model.py",
+        tmp_path / "model.keras",
+        tmp_path / "out",
+        "--opset",
+        "15",
+        "--report",
+        tmp_path / "r.json",
+    )
     assert done.returncode == 0, done.stderr
     assert "signature" in done.stdout and "max |diff|" in done.stdout and "onnx" in done.stdout
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["ok"] is True and report["opset"] == 15
-    assert {(row["format"], row["output"]) for row in report["parity"]} == {("saved_model", "logits"), ("onnx", "logits")}
+    assert {(row["format"], row["output"]) for row in report["parity"]} == {
+        ("saved_model", "logits"),
+        ("onnx", "logits"),
+    }
     assert json.loads((tmp_path / "r.json").read_text()) == report
 
     # The failure paths, through the same entry point in-process.
@@ -564,7 +686,10 @@ def test_export_command_failures_are_one_line_and_leave_nothing(tmp_path, capsys
     with pytest.raises(SystemExit) as exit:
         main([keras_file, str(tmp_path / "out"), "--opset", "high"])
     assert exit.value.code == 2
-    assert _one_error_line(capsys) == "error: argument --opset: invalid int value: 'high' (see keras-attention-export --help)"
+    assert (
+        _one_error_line(capsys)
+        == "error: argument --opset: invalid int value: 'high' (see keras-attention-export --help)"
+    )
 
 
 def test_token_vocabularies_round_trip_through_the_vocabulary_file(tmp_path):

@@ -136,8 +136,14 @@ def test_exports_to_saved_model_and_onnx_with_parity(tmp_path):
 
 def test_fixed_sizes_and_layer_sizes():
     model = hierarchical_attention_network(
-        VOCABULARY, 4, embedding_dim=5, word_units=3, sentence_units=2,
-        max_sentences=4, max_words=7, word_attention_units=9,
+        VOCABULARY,
+        4,
+        embedding_dim=5,
+        word_units=3,
+        sentence_units=2,
+        max_sentences=4,
+        max_words=7,
+        word_attention_units=9,
     )
     assert tuple(model.inputs[0].shape) == (None, 4, 7) and model.inputs[0].dtype == "int32"
     assert tuple(model.outputs[0].shape) == (None, 4) and len(model.outputs) == 1
@@ -186,7 +192,10 @@ def test_fold_and_unfold_layers():
         ({"sentence_units": None}, r"`sentence_units` must be a positive integer; got None"),
         ({"max_words": 0}, r"`max_words` must be a positive integer or None; got 0"),
         ({"max_sentences": "5"}, r"`max_sentences` must be a positive integer or None; got '5'"),
-        ({"sentence_attention_units": True}, r"`sentence_attention_units` must be a positive integer or None; got True"),
+        (
+            {"sentence_attention_units": True},
+            r"`sentence_attention_units` must be a positive integer or None; got True",
+        ),
     ],
 )
 def test_bad_builder_arguments(kwargs, message):
@@ -201,7 +210,10 @@ def test_fold_and_unfold_errors():
     with pytest.raises(ValueError, match=r"UnfoldSentences: `inputs` must be a pair"):
         UnfoldSentences()(np.zeros((4, 3), "float32"))
     embedded = keras.layers.Embedding(10, 2, mask_zero=True)(keras.Input((None, None), dtype="int32"))
-    with pytest.raises(ValueError, match=r"FoldSentences: cannot fold a Keras mask of unknown word length; got a mask of shape \(None, None, None\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"FoldSentences: cannot fold a Keras mask of unknown word length; got a mask of shape \(None, None, None\)",
+    ):
         FoldSentences()(embedded)
 
 

@@ -5,24 +5,22 @@ finite-difference gradients, serialisation, mixed precision, XLA training with
 unknown lengths and export to SavedModel / ONNX.
 """
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
-import keras_attention as ka
 from tests import reference
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
 from tests.layer_cases import (
-    randomize_model,
-    CASES,
     SOFT_CASES,
     built_layer,
     case_params,
     dims,
     keras_model,
     lengths_mask,
+    randomize_model,
     token_batch,
     unknown_shape_dataset,
     weights_of,
@@ -134,8 +132,13 @@ def test_fully_masked_row_gives_zeros_and_finite_gradients(case, training):
     with tf.GradientTape() as tape:
         tape.watch([query, value, key])
         context, weights = layer(
-            query, value, key=key, value_mask=value_mask, query_mask=query_mask,
-            return_attention_scores=True, training=training,
+            query,
+            value,
+            key=key,
+            value_mask=value_mask,
+            query_mask=query_mask,
+            return_attention_scores=True,
+            training=training,
         )
         loss = tf.reduce_sum(context**2) + tf.reduce_sum(weights)
     grads = tape.gradient(loss, [query, value, key] + layer.trainable_weights)
@@ -255,7 +258,10 @@ def test_functional_model_with_unknown_lengths_fits_with_xla(case):
     attention = model.get_layer("attention")
     before = [w.numpy().copy() for w in attention.trainable_weights]
     batches = [
-        ((token_batch(rng, batch, source_length), token_batch(rng, batch, target_length)), rng.integers(0, 3, size=batch))
+        (
+            (token_batch(rng, batch, source_length), token_batch(rng, batch, target_length)),
+            rng.integers(0, 3, size=batch),
+        )
         for batch, source_length, target_length in ((8, 7, 5), (5, 4, 6))
     ]
     history = model.fit(unknown_shape_dataset(batches), epochs=2, shuffle=False, verbose=0)

@@ -10,14 +10,29 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_layer_tour_runs_and_reports_every_layer(tmp_path):
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "layer_tour.py"), "--epochs", "1", "--samples", "256", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(ROOT / "examples" / "layer_tour.py"),
+            "--epochs",
+            "1",
+            "--samples",
+            "256",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results) == {
-        "AdditiveAttention", "DotAttention", "ScaledDotAttention",
-        "GeneralAttention", "ConcatAttention", "HardAttention",
+        "AdditiveAttention",
+        "DotAttention",
+        "ScaledDotAttention",
+        "GeneralAttention",
+        "ConcatAttention",
+        "HardAttention",
     }
     for name, result in results.items():
         assert 0.0 <= result["accuracy"] <= 1.0, name

@@ -41,8 +41,13 @@ def test_all_averaging_options_match_the_reference(batch):
     }
     for (avg_t, avg_b, sum_t, sum_b), want in cases.items():
         got = sequence_loss(
-            logits, targets, weights, average_across_timesteps=avg_t, average_across_batch=avg_b,
-            sum_over_timesteps=sum_t, sum_over_batch=sum_b,
+            logits,
+            targets,
+            weights,
+            average_across_timesteps=avg_t,
+            average_across_batch=avg_b,
+            sum_over_timesteps=sum_t,
+            sum_over_batch=sum_b,
         )
         np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=str((avg_t, avg_b, sum_t, sum_b)))
     # The example with no real token contributes zero, not NaN.
@@ -56,7 +61,11 @@ def test_keras_native_equivalent_and_the_loss_class(batch):
     np.testing.assert_allclose(float(native(targets, logits, sample_weight=weights)), want, rtol=1e-5)
     np.testing.assert_allclose(float(SequenceLoss()(targets, logits, sample_weight=weights)), want, rtol=1e-5)
     restored = SequenceLoss.from_config(SequenceLoss(average_across_batch=False).get_config())
-    np.testing.assert_allclose(restored(targets, logits, weights), sequence_loss(logits, targets, weights, average_across_batch=False), rtol=1e-6)
+    np.testing.assert_allclose(
+        restored(targets, logits, weights),
+        sequence_loss(logits, targets, weights, average_across_batch=False),
+        rtol=1e-6,
+    )
 
 
 def test_trains_a_model_with_padding_masks():
@@ -78,8 +87,14 @@ def test_trains_a_model_with_padding_masks():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"average_across_timesteps": True, "sum_over_timesteps": True}, r"`average_across_timesteps` and `sum_over_timesteps` cannot both be true"),
-        ({"average_across_batch": True, "sum_over_batch": True}, r"`average_across_batch` and `sum_over_batch` cannot both be true"),
+        (
+            {"average_across_timesteps": True, "sum_over_timesteps": True},
+            r"`average_across_timesteps` and `sum_over_timesteps` cannot both be true",
+        ),
+        (
+            {"average_across_batch": True, "sum_over_batch": True},
+            r"`average_across_batch` and `sum_over_batch` cannot both be true",
+        ),
     ],
 )
 def test_conflicting_options(kwargs, message, batch):

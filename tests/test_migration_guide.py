@@ -203,7 +203,9 @@ def test_porting_table_names_existing_weights():
 
 def test_safe_cumprod_block_prints_what_it_says(namespaces):
     # The function itself is tested against tfa's definition in tests/test_ops.py.
-    printed = ops.convert_to_numpy(namespaces[CUMPROD]["safe_cumprod"](1.0 - namespaces[CUMPROD]["p"], axis=-1, exclusive=True))
+    printed = ops.convert_to_numpy(
+        namespaces[CUMPROD]["safe_cumprod"](1.0 - namespaces[CUMPROD]["p"], axis=-1, exclusive=True)
+    )
     np.testing.assert_allclose(printed, [[1.0, 0.1, 0.05, 0.05]], rtol=1e-5)  # the guide's comment
 
 

@@ -87,8 +87,11 @@ def one_hot_previous(rng, shape, lengths):
 
 def built(variant, rng, dtype="float32", **kwargs):
     layer = VARIANTS[variant](dtype=dtype, **kwargs)
-    layer(rng.normal(size=(B, DQ)).astype(dtype), rng.normal(size=(B, TS, DV)).astype(dtype),
-          key=rng.normal(size=(B, TS, DK)).astype(dtype))
+    layer(
+        rng.normal(size=(B, DQ)).astype(dtype),
+        rng.normal(size=(B, TS, DV)).astype(dtype),
+        key=rng.normal(size=(B, TS, DK)).astype(dtype),
+    )
     randomize(layer, rng)
     return layer
 
@@ -109,8 +112,12 @@ def step_inputs(rng, dtype="float32"):
 
 def run_attend(layer, query, value, key, mask, previous, training=None):
     context, alignment = layer.attend(
-        layer.project_query(query), layer.project_key(key), value,
-        None if mask is None else mask[:, None, :], training=training, previous_alignment=previous,
+        layer.project_query(query),
+        layer.project_key(key),
+        value,
+        None if mask is None else mask[:, None, :],
+        training=training,
+        previous_alignment=previous,
     )
     return np.asarray(context), np.asarray(alignment)
 
@@ -185,7 +192,10 @@ def test_decoder_step_protocol_carries_the_previous_alignment(variant, mode):
     for t in range(3):
         context, alignment, (new_state,) = layer.attend_step(query[:, t], projected_key, value, mask, [state])
         want = reference_alignment(
-            energies(w, query[:, t : t + 1].astype(float), key.astype(float)), np.asarray(state)[:, None], mask[:, None, :], mode
+            energies(w, query[:, t : t + 1].astype(float), key.astype(float)),
+            np.asarray(state)[:, None],
+            mask[:, None, :],
+            mode,
         )[:, 0]
         np.testing.assert_allclose(alignment, want, atol=1e-5)
         np.testing.assert_allclose(context, np.einsum("bj,bjd->bd", want, value), atol=1e-5)
@@ -216,7 +226,7 @@ def test_parallel_equals_recursive_in_float64_when_p_is_not_extreme():
         query, value, key = step_inputs(rng, "float64")
         mask = lengths_mask([6, 5, 3], TS)
         previous = soft_previous(rng, (B, TQ, TS), mask[:, None, :])
-        got, want = (run_attend(l, query, value, key, mask, previous) for l in (layer, twin))
+        got, want = (run_attend(each, query, value, key, mask, previous) for each in (layer, twin))
         assert got[1].dtype == np.float64
         np.testing.assert_allclose(got[1], want[1], atol=1e-12)
         np.testing.assert_allclose(got[0], want[0], atol=1e-12)
@@ -235,7 +245,9 @@ def test_sigmoid_noise_only_in_training_and_seeded(variant):
     mask = lengths_mask([6, 4, 2], TS)
 
     def alignment(layer, training):
-        return np.asarray(layer(query, value, key=key, value_mask=mask, return_attention_scores=True, training=training)[1])
+        return np.asarray(
+            layer(query, value, key=key, value_mask=mask, return_attention_scores=True, training=training)[1]
+        )
 
     np.testing.assert_array_equal(alignment(noisy, False), alignment(clean, False))
     np.testing.assert_array_equal(alignment(noisy, None), alignment(clean, False))
@@ -360,7 +372,9 @@ def test_gru_cell_with_bahdanau_monotonic_matches_step_reference(mode):
     cell.attention.score_bias.assign(0.0)
     state = rng.normal(size=(B, 6)).astype("float32")
     target_mask = lengths_mask([5, 4, 2], 5)
-    outputs, final, alignments = decoder(inputs, memory, memory_mask=mask, inputs_mask=target_mask, initial_state=[state])
+    outputs, final, alignments = decoder(
+        inputs, memory, memory_mask=mask, inputs_mask=target_mask, initial_state=[state]
+    )
     want_outputs, want_state, want_alignments = gru_monotonic_reference(
         cell, inputs, memory, mask, target_mask, state, mode
     )
@@ -423,7 +437,8 @@ def seq2seq(kind, vocabulary=12, units=8, with_alignments=True, **attention_kwar
         cell = ka.AttentionGRUCell(units, ka.BahdanauMonotonicAttention(6, **attention_kwargs))
     else:
         cell = ka.AttentionWrapper(
-            keras.layers.GRUCell(units), ka.LuongMonotonicAttention(scale=True, **attention_kwargs),
+            keras.layers.GRUCell(units),
+            ka.LuongMonotonicAttention(scale=True, **attention_kwargs),
             attention_layer_size=units,
         )
     decoded = ka.AttentionDecoder(cell, return_alignments=with_alignments, name="decoder")(
@@ -532,15 +547,31 @@ def test_greedy_inference_with_hard_attention_exports_with_identical_ids(tmp_pat
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda: ka.BahdanauMonotonicAttention(4, mode="soft"),
-         r"BahdanauMonotonicAttention: unknown `mode` 'soft'; expected one of 'parallel', 'recursive', 'hard'"),
+        (
+            lambda: ka.BahdanauMonotonicAttention(4, mode="soft"),
+            r"BahdanauMonotonicAttention: unknown `mode` 'soft'; expected one of 'parallel', 'recursive', 'hard'",
+        ),
         (lambda: ka.LuongMonotonicAttention(mode="Hard"), r"LuongMonotonicAttention: unknown `mode` 'Hard'"),
-        (lambda: ka.BahdanauMonotonicAttention(4, sigmoid_noise=-1.0),
-         r"BahdanauMonotonicAttention: `sigmoid_noise` must be a finite number >= 0; got -1.0"),
-        (lambda: ka.LuongMonotonicAttention(sigmoid_noise="1"), r"`sigmoid_noise` must be a finite number >= 0; got '1'"),
-        (lambda: ka.BahdanauMonotonicAttention(0), r"BahdanauMonotonicAttention: `units` must be a positive integer; got 0"),
-        (lambda: ka.LuongMonotonicAttention(score_bias_init=float("nan")), r"`score_bias_init` must be a finite number; got nan"),
-        (lambda: monotonic_alignment(np.ones((1, 2)), np.ones((1, 2)), "soft"), r"monotonic_alignment: unknown `mode` 'soft'"),
+        (
+            lambda: ka.BahdanauMonotonicAttention(4, sigmoid_noise=-1.0),
+            r"BahdanauMonotonicAttention: `sigmoid_noise` must be a finite number >= 0; got -1.0",
+        ),
+        (
+            lambda: ka.LuongMonotonicAttention(sigmoid_noise="1"),
+            r"`sigmoid_noise` must be a finite number >= 0; got '1'",
+        ),
+        (
+            lambda: ka.BahdanauMonotonicAttention(0),
+            r"BahdanauMonotonicAttention: `units` must be a positive integer; got 0",
+        ),
+        (
+            lambda: ka.LuongMonotonicAttention(score_bias_init=float("nan")),
+            r"`score_bias_init` must be a finite number; got nan",
+        ),
+        (
+            lambda: monotonic_alignment(np.ones((1, 2)), np.ones((1, 2)), "soft"),
+            r"monotonic_alignment: unknown `mode` 'soft'",
+        ),
     ],
 )
 def test_bad_arguments(make, message):
@@ -554,7 +585,10 @@ def test_get_config_round_trip(variant):
     layer = built(variant, rng, mode="recursive", sigmoid_noise=0.25, score_bias_init=-2.0, seed=5)
     config = layer.get_config()
     assert {k: config[k] for k in ("mode", "sigmoid_noise", "score_bias_init", "seed")} == {
-        "mode": "recursive", "sigmoid_noise": 0.25, "score_bias_init": -2.0, "seed": 5
+        "mode": "recursive",
+        "sigmoid_noise": 0.25,
+        "score_bias_init": -2.0,
+        "seed": 5,
     }
     assert "dropout" not in config
     clone = type(layer).from_config(config)

@@ -14,7 +14,7 @@ from keras_attention.layers.multi_head import MultiHeadAttention
 from tests import reference
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
-from tests.layer_cases import keras_model, lengths_mask, randomize, randomize_model, token_batch
+from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch
 
 B, TQ, TV = 3, 4, 6
 DQ, DK, DV = 4, 3, 5
@@ -41,10 +41,7 @@ def built(rng, query, value, key=None, **kwargs):
 
 
 def weights_of(layer):
-    return {
-        variable.path.split("/")[-1]: np.asarray(variable.numpy(), np.float64)
-        for variable in layer.weights
-    }
+    return {variable.path.split("/")[-1]: np.asarray(variable.numpy(), np.float64) for variable in layer.weights}
 
 
 def reference_mha(w, query, value, key, mask, weights=None):
@@ -268,8 +265,13 @@ def test_fully_masked_row_gives_zeros_and_finite_gradients(mode):
     with tf.GradientTape() as tape:
         tape.watch([query, value, key])
         result = layer(
-            query, value, key=key, value_mask=value_mask, query_mask=query_mask,
-            return_attention_scores=mode != "fused", training=mode == "dropout_training",
+            query,
+            value,
+            key=key,
+            value_mask=value_mask,
+            query_mask=query_mask,
+            return_attention_scores=mode != "fused",
+            training=mode == "dropout_training",
         )
         output, weights = result if mode != "fused" else (result, None)
         loss = tf.reduce_sum(output**2) + (0.0 if weights is None else tf.reduce_sum(weights))
@@ -324,13 +326,29 @@ def test_get_config_round_trip_gives_identical_outputs():
     rng = np.random.default_rng(8)
     query, value, key = inputs(rng)
     layer = built(
-        rng, query, value, key, output_dim=3, dropout=0.2, seed=5, use_bias=False,
-        kernel_initializer="he_normal", kernel_regularizer="l2", bias_regularizer="l1",
+        rng,
+        query,
+        value,
+        key,
+        output_dim=3,
+        dropout=0.2,
+        seed=5,
+        use_bias=False,
+        kernel_initializer="he_normal",
+        kernel_regularizer="l2",
+        bias_regularizer="l1",
     )
     config = layer.get_config()
-    assert {k: config[k] for k in ("num_heads", "key_dim", "value_dim", "output_dim", "dropout", "use_bias", "seed")} == {
-        "num_heads": HEADS, "key_dim": KEY_DIM, "value_dim": VALUE_DIM, "output_dim": 3,
-        "dropout": 0.2, "use_bias": False, "seed": 5,
+    assert {
+        k: config[k] for k in ("num_heads", "key_dim", "value_dim", "output_dim", "dropout", "use_bias", "seed")
+    } == {
+        "num_heads": HEADS,
+        "key_dim": KEY_DIM,
+        "value_dim": VALUE_DIM,
+        "output_dim": 3,
+        "dropout": 0.2,
+        "use_bias": False,
+        "seed": 5,
     }
     clone = MultiHeadAttention.from_config(config)
     assert clone.get_config() == config
@@ -467,16 +485,61 @@ def test_bad_arguments(kwargs, message):
 @pytest.mark.parametrize(
     "query, value, key, kwargs, message",
     [
-        ((2, 3, 4, 4), (2, 5, 4), None, {}, r"`query` must have rank 2 \(batch, dq\) or 3 \(batch, Tq, dq\); got shape \(2, 3, 4, 4\)"),
+        (
+            (2, 3, 4, 4),
+            (2, 5, 4),
+            None,
+            {},
+            r"`query` must have rank 2 \(batch, dq\) or 3 \(batch, Tq, dq\); got shape \(2, 3, 4, 4\)",
+        ),
         ((2, 4), (2, 4), None, {}, r"`value` must have rank 3 \(batch, Tv, d\); got shape \(2, 4\)"),
-        ((2, 4), (2, 5, 4), (2, 6, 4), {}, r"`key` and `value` must have the same length Tv; got key shape \(2, 6, 4\)"),
-        ((3, 4), (2, 5, 4), None, {}, r"`query`, `value` and `key` must have the same batch size; got shapes \(3, 4\), \(2, 5, 4\)"),
-        ((2, 3, 4), (2, 5, 4), None, {"value_mask": np.ones((2, 4), bool)}, r"`value_mask` must have shape \(batch, Tv\) = \(2, 5\); got shape \(2, 4\)"),
-        ((2, 3, 4), (2, 5, 4), None, {"query_mask": np.ones((2, 5), bool)}, r"`query_mask` must have shape \(batch, Tq\) = \(2, 3\); got shape \(2, 5\)"),
-        ((2, 3, 4), (2, 5, 4), None, {"attention_mask": np.ones((2, 5), bool)}, r"`attention_mask` must have shape \(batch, Tq, Tv\) = \(2, 3, 5\); got shape \(2, 5\)"),
+        (
+            (2, 4),
+            (2, 5, 4),
+            (2, 6, 4),
+            {},
+            r"`key` and `value` must have the same length Tv; got key shape \(2, 6, 4\)",
+        ),
+        (
+            (3, 4),
+            (2, 5, 4),
+            None,
+            {},
+            r"`query`, `value` and `key` must have the same batch size; got shapes \(3, 4\), \(2, 5, 4\)",
+        ),
+        (
+            (2, 3, 4),
+            (2, 5, 4),
+            None,
+            {"value_mask": np.ones((2, 4), bool)},
+            r"`value_mask` must have shape \(batch, Tv\) = \(2, 5\); got shape \(2, 4\)",
+        ),
+        (
+            (2, 3, 4),
+            (2, 5, 4),
+            None,
+            {"query_mask": np.ones((2, 5), bool)},
+            r"`query_mask` must have shape \(batch, Tq\) = \(2, 3\); got shape \(2, 5\)",
+        ),
+        (
+            (2, 3, 4),
+            (2, 5, 4),
+            None,
+            {"attention_mask": np.ones((2, 5), bool)},
+            r"`attention_mask` must have shape \(batch, Tq, Tv\) = \(2, 3, 5\); got shape \(2, 5\)",
+        ),
         ((2, 4), (2, 5, 4), None, {"causal": True}, r"`causal=True` needs a rank-3 query"),
     ],
-    ids=["query_rank", "value_rank", "key_length", "batch", "value_mask", "query_mask", "attention_mask", "causal_single"],
+    ids=[
+        "query_rank",
+        "value_rank",
+        "key_length",
+        "batch",
+        "value_mask",
+        "query_mask",
+        "attention_mask",
+        "causal_single",
+    ],
 )
 def test_wrong_shapes_and_masks(query, value, key, kwargs, message):
     with pytest.raises(ValueError, match="MultiHeadAttention: " + message):
@@ -484,7 +547,10 @@ def test_wrong_shapes_and_masks(query, value, key, kwargs, message):
 
 
 def test_unknown_feature_size_is_rejected_at_build():
-    with pytest.raises(ValueError, match=r"MultiHeadAttention: the last dimension of `value` must be known .* got shape \(None, None, None\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"MultiHeadAttention: the last dimension of `value` must be known .* got shape \(None, None, None\)",
+    ):
         make()(keras.Input((None, 4)), keras.Input((None, None)), key=keras.Input((None, 3)))
 
 
@@ -569,7 +635,13 @@ def test_output_carries_the_query_mask():
 
 def test_docstring_has_formula_paper_shapes_and_a_running_example():
     doc = inspect.getdoc(MultiHeadAttention)
-    for section in ("Paper:", "Shapes:", "Example:", "arXiv:1706.03762", "head_h = Attention(Q W_q^h, K W_k^h, V W_v^h)"):
+    for section in (
+        "Paper:",
+        "Shapes:",
+        "Example:",
+        "arXiv:1706.03762",
+        "head_h = Attention(Q W_q^h, K W_k^h, V W_v^h)",
+    ):
         assert section in doc
     (example,) = re.findall(r"```python\n(.*?)```", doc, re.S)
     namespace = {"np": np, "keras_attention": keras_attention}

@@ -44,7 +44,12 @@ def test_accepts_a_batch_of_one_and_default_labels():
     [
         (np.ones((2, 3)), ["a", "b"], ["x", "y"], r"`source_tokens` has 2 labels but `weights` has 3 columns"),
         (np.ones((2, 3)), ["a", "b", "c"], ["x"], r"`target_tokens` has 1 labels but `weights` has 2 rows"),
-        (np.ones((2, 2, 3)), None, None, r"`weights` must have shape \(target_length, source_length\).*got shape \(2, 2, 3\)"),
+        (
+            np.ones((2, 2, 3)),
+            None,
+            None,
+            r"`weights` must have shape \(target_length, source_length\).*got shape \(2, 2, 3\)",
+        ),
         (np.array([[np.nan, 1.0]]), None, None, r"`weights` contains NaN"),
     ],
 )

@@ -198,12 +198,30 @@ def test_mixed_precision_gives_float32_logits_and_float32_variables(policy):
     "call, message",
     [
         (lambda: PointerAttention(0), r"PointerAttention: `units` must be a positive integer; got 0"),
-        (lambda: PointerAttention(2)(np.zeros((2, 3, 4, 5)), np.zeros((2, 6, 3))), r"`query` must have rank 2 \(batch, dq\) or 3 \(batch, Tq, dq\); got shape \(2, 3, 4, 5\)"),
-        (lambda: PointerAttention(2)(np.zeros((2, 4)), np.zeros((2, 6))), r"`memory` must have rank 3 \(batch, Ts, de\); got shape \(2, 6\)"),
-        (lambda: PointerAttention(2)(np.zeros((3, 4)), np.zeros((2, 6, 3))), r"`query` and `memory` must have the same batch size; got shapes \(3, 4\) and \(2, 6, 3\)"),
-        (lambda: PointerAttention(2)(np.zeros((2, 4)), np.zeros((2, 6, 3)), memory_mask=np.ones((2, 5), bool)), r"`memory_mask` must have shape \(batch, Ts\) = \(2, 6\); got shape \(2, 5\)"),
-        (lambda: PointerAttention(2)(np.zeros((2, 4)), np.zeros((2, 6, 3)), chosen_mask=np.ones((2, 3, 6), bool)), r"`chosen_mask` must have shape \(batch, Ts\) = \(2, 6\); got shape \(2, 3, 6\)"),
-        (lambda: PointerAttention(2)(np.zeros((2, 3, 4)), np.zeros((2, 6, 3)), chosen_mask=np.ones((2, 6), bool)), r"`chosen_mask` must have shape \(batch, Tq, Ts\) = \(2, 3, 6\); got shape \(2, 6\)"),
+        (
+            lambda: PointerAttention(2)(np.zeros((2, 3, 4, 5)), np.zeros((2, 6, 3))),
+            r"`query` must have rank 2 \(batch, dq\) or 3 \(batch, Tq, dq\); got shape \(2, 3, 4, 5\)",
+        ),
+        (
+            lambda: PointerAttention(2)(np.zeros((2, 4)), np.zeros((2, 6))),
+            r"`memory` must have rank 3 \(batch, Ts, de\); got shape \(2, 6\)",
+        ),
+        (
+            lambda: PointerAttention(2)(np.zeros((3, 4)), np.zeros((2, 6, 3))),
+            r"`query` and `memory` must have the same batch size; got shapes \(3, 4\) and \(2, 6, 3\)",
+        ),
+        (
+            lambda: PointerAttention(2)(np.zeros((2, 4)), np.zeros((2, 6, 3)), memory_mask=np.ones((2, 5), bool)),
+            r"`memory_mask` must have shape \(batch, Ts\) = \(2, 6\); got shape \(2, 5\)",
+        ),
+        (
+            lambda: PointerAttention(2)(np.zeros((2, 4)), np.zeros((2, 6, 3)), chosen_mask=np.ones((2, 3, 6), bool)),
+            r"`chosen_mask` must have shape \(batch, Ts\) = \(2, 6\); got shape \(2, 3, 6\)",
+        ),
+        (
+            lambda: PointerAttention(2)(np.zeros((2, 3, 4)), np.zeros((2, 6, 3)), chosen_mask=np.ones((2, 6), bool)),
+            r"`chosen_mask` must have shape \(batch, Tq, Ts\) = \(2, 3, 6\); got shape \(2, 6\)",
+        ),
     ],
     ids=["units", "query_rank", "memory_rank", "batch", "memory_mask", "chosen_mask_rank2", "chosen_mask_rank3"],
 )
@@ -345,9 +363,7 @@ def test_teacher_forced_chosen_mask_is_the_union_of_earlier_targets():
                 masked = position in chosen or (position >= 1 and not mask[b, position - 1])
                 assert (logits[b, step, position] == F32_MIN) == masked, (b, step, position)
     # The Keras mask: real steps up to and including the first end.
-    np.testing.assert_array_equal(
-        network([numbers, targets])._keras_mask, [[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]]
-    )
+    np.testing.assert_array_equal(network([numbers, targets])._keras_mask, [[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]])
     repeated = np.asarray(PointerNetwork(8, mask_chosen=False)([numbers, targets], mask=mask))
     assert (repeated[:, :, 0] > F32_MIN).all() and (repeated[0, :, 1:] > F32_MIN).all()
 
@@ -372,7 +388,7 @@ def test_decoding_compiles_with_xla(trained):
     for beam_width in (None, 3):
         eager = trained.network.decode(numbers, mask=mask, beam_width=beam_width)
         compiled = tf.function(
-            lambda x, m: trained.network.decode(x, mask=m, beam_width=beam_width), jit_compile=True
+            lambda x, m, width=beam_width: trained.network.decode(x, mask=m, beam_width=width), jit_compile=True
         )(numbers, mask)
         np.testing.assert_array_equal(compiled["ids"], eager["ids"])
         np.testing.assert_allclose(compiled["scores"], eager["scores"], rtol=1e-4, atol=1e-4)
@@ -514,15 +530,44 @@ def test_mixed_precision_network():
         (lambda: PointerNetwork(0), r"PointerNetwork: `units` must be a positive integer; got 0"),
         (lambda: PointerNetwork(4, beam_width=0), r"`beam_width` must be a positive integer or None; got 0"),
         (lambda: PointerNetwork(4, max_length=2.5), r"`max_length` must be a positive integer or None; got 2.5"),
-        (lambda: PointerNetwork(4, length_penalty_weight=-1), r"`length_penalty_weight` must be a finite number >= 0; got -1"),
+        (
+            lambda: PointerNetwork(4, length_penalty_weight=-1),
+            r"`length_penalty_weight` must be a finite number >= 0; got -1",
+        ),
         (lambda: PointerNetwork(4)(np.zeros((2, 5, 1), "float32")), r"decoding needs `max_length`.*got None"),
-        (lambda: PointerNetwork(4, max_length=3)(np.zeros((2, 5), "float32")), r"`inputs` must have rank 3 \(batch, Ts, d\); got shape \(2, 5\)"),
-        (lambda: PointerNetwork(4)([np.zeros((2, 5, 1), "float32"), np.zeros((2, 3, 1), "int32")]), r"`targets` must have rank 2 \(batch, M\) of pointer ids; got shape \(2, 3, 1\)"),
-        (lambda: PointerNetwork(4)([np.zeros((2, 5, 1), "float32"), np.zeros((3, 3), "int32")]), r"`inputs` and `targets` must have the same batch size; got shapes \(2, 5, 1\) and \(3, 3\)"),
-        (lambda: PointerNetwork(4)([np.zeros((2, 5, 1), "float32")] * 3), r"`inputs` must be the inputs `\(B, Ts, d\)` or the pair \[inputs, targets\]; got a sequence of 3 items"),
-        (lambda: PointerNetwork(4, max_length=3).decode(np.zeros((2, 5, 1), "float32"), beam_width=0), r"`beam_width` must be a positive integer or None; got 0"),
+        (
+            lambda: PointerNetwork(4, max_length=3)(np.zeros((2, 5), "float32")),
+            r"`inputs` must have rank 3 \(batch, Ts, d\); got shape \(2, 5\)",
+        ),
+        (
+            lambda: PointerNetwork(4)([np.zeros((2, 5, 1), "float32"), np.zeros((2, 3, 1), "int32")]),
+            r"`targets` must have rank 2 \(batch, M\) of pointer ids; got shape \(2, 3, 1\)",
+        ),
+        (
+            lambda: PointerNetwork(4)([np.zeros((2, 5, 1), "float32"), np.zeros((3, 3), "int32")]),
+            r"`inputs` and `targets` must have the same batch size; got shapes \(2, 5, 1\) and \(3, 3\)",
+        ),
+        (
+            lambda: PointerNetwork(4)([np.zeros((2, 5, 1), "float32")] * 3),
+            r"`inputs` must be the inputs `\(B, Ts, d\)` or the pair \[inputs, targets\]; got a sequence of 3 items",
+        ),
+        (
+            lambda: PointerNetwork(4, max_length=3).decode(np.zeros((2, 5, 1), "float32"), beam_width=0),
+            r"`beam_width` must be a positive integer or None; got 0",
+        ),
     ],
-    ids=["units", "beam_width", "max_length", "length_penalty", "no_max_length", "inputs_rank", "targets_rank", "batch", "pair", "decode_beam_width"],
+    ids=[
+        "units",
+        "beam_width",
+        "max_length",
+        "length_penalty",
+        "no_max_length",
+        "inputs_rank",
+        "targets_rank",
+        "batch",
+        "pair",
+        "decode_beam_width",
+    ],
 )
 def test_network_errors_name_the_argument(call, message):
     with pytest.raises(ValueError, match=message):

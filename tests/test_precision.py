@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 import keras_attention as ka
-
 from tests import layer_drivers
 from tests.layer_drivers import DRIVERS, check_weights, driver_params
 
@@ -56,8 +55,10 @@ def test_large_inputs_stay_finite_and_ordinary_ones_match_float32(driver, policy
         if name == "scores":  # a sum of decoding log-probabilities
             continue
         np.testing.assert_allclose(
-            np.asarray(got[name], np.float32), np.asarray(want[name], np.float32),
-            atol=5e-2 if policy == "mixed_bfloat16" else 1e-2, err_msg=f"{driver.id} {name}",
+            np.asarray(got[name], np.float32),
+            np.asarray(want[name], np.float32),
+            atol=5e-2 if policy == "mixed_bfloat16" else 1e-2,
+            err_msg=f"{driver.id} {name}",
         )
 
 
@@ -77,7 +78,9 @@ def test_projections_that_are_scores_do_not_overflow_float16(make):
     layer(query, value)
     for variable in layer.weights:
         variable.assign(np.full(variable.shape, 0.5, "float32"))
-    context, weights = layer(query, value, value_mask=np.array([[1, 1, 1, 0, 0], [1] * 5], bool), return_attention_scores=True)
+    context, weights = layer(
+        query, value, value_mask=np.array([[1, 1, 1, 0, 0], [1] * 5], bool), return_attention_scores=True
+    )
     weights = np.asarray(weights, np.float32)
     assert np.isfinite(np.asarray(context, np.float32)).all() and np.isfinite(weights).all()
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-3)

@@ -7,12 +7,10 @@ masked positions and sum to one (or zero) over each row."""
 import re
 
 import hypothesis.extra.numpy as hnp
-import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.layer_drivers import D, DRIVERS, check_results, driver_params
+from tests.layer_drivers import DRIVERS, D, check_results, driver_params
 
 POLICIES = ["float32", "mixed_float16", "mixed_bfloat16", "float64"]
 # Keras's own layers cannot run these inputs (see test_empty_inputs):
@@ -50,7 +48,9 @@ NAMES_AN_ARGUMENT = re.compile(r"`\w+(\[\d+\])?`")
 
 # Ten examples per layer keep the whole test near a minute on two cores.
 @driver_params()
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(call=calls())
 def test_every_layer_on_random_inputs(driver, call):
     policy, inputs = call

@@ -63,7 +63,11 @@ def reference_self_attention(layer, x, score, mask=None, attention_mask=None):
     if attention_mask is not None:
         band = band & attention_mask
     full = reference.combined_mask(
-        x.shape[0], x.shape[1], x.shape[1], query_mask=mask, value_mask=mask,
+        x.shape[0],
+        x.shape[1],
+        x.shape[1],
+        query_mask=mask,
+        value_mask=mask,
         attention_mask=np.broadcast_to(band, (x.shape[0],) + band.shape[1:]),
     )
     out, weights = reference.attend(scores, v, full)
@@ -253,7 +257,7 @@ def test_regularization_is_zero_without_weight_and_does_not_accumulate():
     x = np.random.default_rng(5).normal(size=(2, 5, D)).astype("float32")
     layer = SelfAttention(UNITS)
     layer(x)
-    assert sum(float(l) for l in layer.losses) == 0.0
+    assert sum(float(loss) for loss in layer.losses) == 0.0
     regularised = SelfAttention(UNITS, regularization_weight=1.0)
     regularised(x)
     regularised(x)
@@ -286,15 +290,17 @@ def test_identity_weights_give_zero_penalty():
 def test_fully_masked_rows_give_zeros_and_finite_gradients(training):
     rng = np.random.default_rng(8)
     x = tf.constant(rng.normal(size=(B, T, D)).astype("float32"))
-    layer = SelfAttention(UNITS, score="additive", causal=True, window=3,
-                          regularization_weight=0.5, dropout=0.2, seed=0)
+    layer = SelfAttention(
+        UNITS, score="additive", causal=True, window=3, regularization_weight=0.5, dropout=0.2, seed=0
+    )
     mask = lengths_mask([0, 4, 7], T)  # example 0 is all padding
     attention_mask = np.ones((B, T, T), bool)
     attention_mask[2, 3] = False  # a valid query with nothing to attend to
     with tf.GradientTape() as tape:
         tape.watch(x)
-        out, weights = layer(x, mask=mask, attention_mask=attention_mask,
-                             return_attention_scores=True, training=training)
+        out, weights = layer(
+            x, mask=mask, attention_mask=attention_mask, return_attention_scores=True, training=training
+        )
         loss = tf.reduce_sum(out**2) + tf.reduce_sum(weights) + tf.add_n(layer.losses)
     grads = tape.gradient(loss, [x] + layer.trainable_weights)
     out, weights = np.asarray(out), np.asarray(weights)
@@ -411,9 +417,7 @@ def _randomized_model(rng, **kwargs):
 
 def test_keras_file_round_trip_without_custom_objects(tmp_path):
     rng = np.random.default_rng(12)
-    model = _randomized_model(
-        rng, score="additive", causal=True, window=3, regularization_weight=0.1, use_bias=True
-    )
+    model = _randomized_model(rng, score="additive", causal=True, window=3, regularization_weight=0.1, use_bias=True)
     ids = token_batch(rng, 3, 6)
     path = tmp_path / "model.keras"
     model.save(path)
@@ -542,14 +546,25 @@ def test_bad_mask_shapes(kwargs, message):
         (dict(score="cosine"), r"unknown `score` 'cosine'; expected one of 'scaled_dot', 'dot', 'additive', 'general'"),
         (dict(score=keras.layers.Dense(3)), r"`score` must be a soft score layer of this library .* got <Dense"),
         (dict(score=HardAttention("dot")), r"`score` must be a soft score layer of this library"),
-        (dict(score=DotAttention(dropout=0.3)), r"`score` must have dropout=0 .*got 'dot_attention.*' with dropout=0.3"),
+        (
+            dict(score=DotAttention(dropout=0.3)),
+            r"`score` must have dropout=0 .*got 'dot_attention.*' with dropout=0.3",
+        ),
         (dict(regularization_weight=-1.0), r"`regularization_weight` must be a finite number >= 0; got -1.0"),
         (dict(regularization_weight="big"), r"`regularization_weight` must be a finite number >= 0; got 'big'"),
         (dict(dropout=1.0), r"`dropout` must be a number in \[0, 1\); got 1.0"),
     ],
     ids=[
-        "window_zero", "window_negative", "window_float", "unknown_score", "not_a_score",
-        "hard_score", "score_dropout", "negative_weight", "weight_string", "dropout",
+        "window_zero",
+        "window_negative",
+        "window_float",
+        "unknown_score",
+        "not_a_score",
+        "hard_score",
+        "score_dropout",
+        "negative_weight",
+        "weight_string",
+        "dropout",
     ],
 )
 def test_bad_constructor_arguments(kwargs, message):

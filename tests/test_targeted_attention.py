@@ -431,7 +431,10 @@ def test_exports_to_saved_model_and_onnx_with_parity(mode, tmp_path):
         ({"units": 0}, r"`units` must be a positive integer; got 0"),
         ({"units": -2}, r"`units` must be a positive integer; got -2"),
         ({"units": 2.5}, r"`units` must be a positive integer; got 2.5"),
-        ({"units": 4, "mode": "gates"}, r"unknown `mode` 'gates'; expected one of 'vanilla', 'contextualized', 'gated'"),
+        (
+            {"units": 4, "mode": "gates"},
+            r"unknown `mode` 'gates'; expected one of 'vanilla', 'contextualized', 'gated'",
+        ),
         ({"units": 4, "dropout": 1.0}, r"`dropout` must be a number in \[0, 1\); got 1.0"),
     ],
     ids=["units_zero", "units_negative", "units_float", "mode", "dropout"],
@@ -449,7 +452,12 @@ def _zeros(*shape, dtype="float32"):
     "hidden, target, mask, message",
     [
         ((2, 5), (2, 5), None, r"`hidden` must have rank 3 \(batch, T, d\); got shape \(2, 5\)"),
-        ((2, 5, 4), (2, 6), None, r"`target_mask` must have shape \(batch, T\) = \(2, 5\), matching `hidden` \(2, 5, 4\); got shape \(2, 6\)"),
+        (
+            (2, 5, 4),
+            (2, 6),
+            None,
+            r"`target_mask` must have shape \(batch, T\) = \(2, 5\), matching `hidden` \(2, 5, 4\); got shape \(2, 6\)",
+        ),
         ((2, 5, 4), (2, 5, 1), None, r"`target_mask` must have shape \(batch, T\) = \(2, 5\).*got shape \(2, 5, 1\)"),
         ((2, 5, 4), (3, 5), None, r"`target_mask` must have shape \(batch, T\) = \(2, 5\).*got shape \(3, 5\)"),
         ((2, 5, 4), (2, 5), (2, 4), r"`hidden_mask` must have shape \(batch, T\) = \(2, 5\).*got shape \(2, 4\)"),

@@ -47,7 +47,9 @@ def test_round_trip_of_every_token_sequence():
 
 
 def test_build_sorts_tokens_after_the_special_ones_and_drops_rare_ones():
-    vocabulary = Vocabulary.build(["b a", "a c", "a"], separator=" ", min_count=2, unknown_token="<unk>", end_token="</s>")
+    vocabulary = Vocabulary.build(
+        ["b a", "a c", "a"], separator=" ", min_count=2, unknown_token="<unk>", end_token="</s>"
+    )
     assert vocabulary.tokens == ["<pad>", "<unk>", "</s>", "a"]
     assert vocabulary.encode("a b").tolist() == [[3, 1]]
     assert Vocabulary.build(["ba", "ab"]).tokens == ["<pad>", "a", "b"]
@@ -99,16 +101,31 @@ def test_pad_sequences():
         (lambda: Vocabulary(["<pad>", "ab"]), r"every token but the special ones must be one character; got \['ab'\]"),
         (lambda: Vocabulary(["<pad>", "a b"], separator=" "), r"tokens may not contain the separator ' '"),
         (lambda: Vocabulary(["<pad>", "a"], end_token="</s>"), r"`end_token` '</s>' is not in `tokens`"),
-        (lambda: Vocabulary(["<pad>", "a"], separator=""), r"`separator` must be None \(characters\) or a non-empty string"),
+        (
+            lambda: Vocabulary(["<pad>", "a"], separator=""),
+            r"`separator` must be None \(characters\) or a non-empty string",
+        ),
         (lambda: PHONES.encode("K X"), r"token 'X' is not in the vocabulary and it has no `unknown_token`"),
         (lambda: LETTERS.encode_targets(["a"]), r"this needs a `start_token`; the vocabulary has none"),
         (lambda: LETTERS.encode([3]), r"`texts` must be a string or a list of strings; got int 3"),
         (lambda: PHONES.decode([[1, 99]]), r"id 99 is outside \[0, 9\)"),
-        (lambda: n_best({"ids": np.zeros((2, 3))}, PHONES), r"must be beam output \(batch, beam, length\); got shape \(2, 3\)"),
-        (lambda: n_best({"ids": np.zeros((1, 3, 2), int)}, PHONES, n=4), r"n_best: `n` must be a number of beams from 1 to 3; got 4"),
-        (lambda: Vocabulary.build(["ab"], min_count=0), r"Vocabulary.build: `min_count` must be a positive integer; got 0"),
+        (
+            lambda: n_best({"ids": np.zeros((2, 3))}, PHONES),
+            r"must be beam output \(batch, beam, length\); got shape \(2, 3\)",
+        ),
+        (
+            lambda: n_best({"ids": np.zeros((1, 3, 2), int)}, PHONES, n=4),
+            r"n_best: `n` must be a number of beams from 1 to 3; got 4",
+        ),
+        (
+            lambda: Vocabulary.build(["ab"], min_count=0),
+            r"Vocabulary.build: `min_count` must be a positive integer; got 0",
+        ),
         (lambda: Vocabulary.from_config({"tokens": ["<pad>", "a"], "sep": " "}), r"unknown keys \['sep'\]"),
-        (lambda: Vocabulary(["<pad>", "a"], normalization="nfd"), r"`normalization` must be None or one of NFC, NFD, NFKC, NFKD; got 'nfd'"),
+        (
+            lambda: Vocabulary(["<pad>", "a"], normalization="nfd"),
+            r"`normalization` must be None or one of NFC, NFD, NFKC, NFKD; got 'nfd'",
+        ),
     ],
 )
 def test_errors_name_the_argument(make, message):

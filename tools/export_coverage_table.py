@@ -20,10 +20,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # Run from a checkout without installing: the package sits one level up.
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
-import keras_attention as ka  # noqa: E402
+import keras_attention as ka
 
 VOCABULARY, DIM = 20, 8
 
@@ -72,7 +72,9 @@ def decoder_models():
     cells = {
         "AttentionGRUCell": ka.AttentionGRUCell(DIM, ka.AdditiveAttention(DIM)),
         "AttentionLSTMCell": ka.AttentionLSTMCell(DIM, ka.GeneralAttention()),
-        "AttentionWrapper": ka.AttentionWrapper(keras.layers.LSTMCell(DIM), ka.GeneralAttention(), attention_layer_size=DIM),
+        "AttentionWrapper": ka.AttentionWrapper(
+            keras.layers.LSTMCell(DIM), ka.GeneralAttention(), attention_layer_size=DIM
+        ),
     }
     outputs = {
         name: keras.layers.Identity(name=name)(ka.AttentionDecoder(cell)(embedding(target), memory))
@@ -83,7 +85,9 @@ def decoder_models():
     searches = {
         method: keras.Model(
             source,
-            ka.InferenceDecoder(cells["AttentionGRUCell"], embedding, readout, 1, 2, 8, method=method, beam_width=3)(memory),
+            ka.InferenceDecoder(cells["AttentionGRUCell"], embedding, readout, 1, 2, 8, method=method, beam_width=3)(
+                memory
+            ),
             name=f"{method}_search",
         )
         for method in ("greedy", "beam")
@@ -95,7 +99,9 @@ def composite_models():
     pointer = ka.PointerNetwork(DIM, max_length=6, beam_width=3, use_cudnn=False)
     points = keras.Input((None, 2), name="points")
     pointer_model = keras.Model(points, pointer(points), name="pointer_network")
-    documents = ka.models.hierarchical_attention_network(VOCABULARY, 3, embedding_dim=DIM, word_units=4, sentence_units=4)
+    documents = ka.models.hierarchical_attention_network(
+        VOCABULARY, 3, embedding_dim=DIM, word_units=4, sentence_units=4
+    )
     return pointer_model, documents
 
 

@@ -16,12 +16,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tensorflow_addons as tfa  # noqa: E402
-
-import bench_decoder  # noqa: E402
-import common  # noqa: E402
+import bench_decoder
+import common
+import numpy as np
+import tensorflow as tf
+import tensorflow_addons as tfa
 
 
 def main():
@@ -38,7 +37,9 @@ def main():
     cell = tfa.seq2seq.AttentionWrapper(tf.keras.layers.GRUCell(u), mechanism, attention_layer_size=None)
     jit = bool(cfg.get("jit", False))
     decoder = tfa.seq2seq.BasicDecoder(
-        cell, tfa.seq2seq.sampler.TrainingSampler(), output_layer=tf.keras.layers.Dense(v),
+        cell,
+        tfa.seq2seq.sampler.TrainingSampler(),
+        output_layer=tf.keras.layers.Dense(v),
         maximum_iterations=cfg["target_length"] if jit else None,
     )
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -64,8 +65,12 @@ def main():
         return loss
 
     variables = (
-        source_embedding.trainable_variables + encoder.trainable_variables + target_embedding.trainable_variables
-        + mechanism.trainable_variables + cell.trainable_variables + decoder.trainable_variables
+        source_embedding.trainable_variables
+        + encoder.trainable_variables
+        + target_embedding.trainable_variables
+        + mechanism.trainable_variables
+        + cell.trainable_variables
+        + decoder.trainable_variables
     )
     variables = list({id(w): w for w in variables}.values())
     tensors = [tf.constant(x) for x in (source, target_in, target_out)]
@@ -78,8 +83,13 @@ def main():
             step()
         print(json.dumps(common.profile_ops(step)), flush=True)
         return
-    common.serve_worker(step, {"versions": {"tensorflow": tf.__version__, "tensorflow_addons": tfa.__version__},
-                               "parameters": int(sum(np.prod(w.shape) for w in variables))})
+    common.serve_worker(
+        step,
+        {
+            "versions": {"tensorflow": tf.__version__, "tensorflow_addons": tfa.__version__},
+            "parameters": int(sum(np.prod(w.shape) for w in variables)),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,16 @@ HIGH_LANGUAGES = ("eng_us",)
 # Test WER of the task's baseline (an ensembled neural transducer), as published.
 SIGMORPHON_BASELINE = {
     "eng_us": 41.94,
-    "arm_e": 7.00, "bul": 18.30, "dut": 14.70, "fre": 8.50, "geo": 0.00,
-    "hbs_latn": 32.10, "hun": 1.80, "jpn_hira": 5.20, "kor": 16.30, "vie_hanoi": 2.50,
+    "arm_e": 7.00,
+    "bul": 18.30,
+    "dut": 14.70,
+    "fre": 8.50,
+    "geo": 0.00,
+    "hbs_latn": 32.10,
+    "hun": 1.80,
+    "jpn_hira": 5.20,
+    "kor": 16.30,
+    "vie_hanoi": 2.50,
 }
 SIGMORPHON_BASELINE_MACRO = 10.64
 

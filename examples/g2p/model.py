@@ -45,8 +45,11 @@ def decoder_cell(config):
         return ka.AttentionLSTMCell(config.decoder_units, attention, name="decoder_cell")
     if config.decoder == "luong":
         return ka.AttentionWrapper(
-            keras.layers.LSTMCell(config.decoder_units), attention,
-            attention_layer_size=config.decoder_units, input_feeding=False, name="decoder_cell",
+            keras.layers.LSTMCell(config.decoder_units),
+            attention,
+            attention_layer_size=config.decoder_units,
+            input_feeding=False,
+            name="decoder_cell",
         )
     raise ValueError(f"ModelConfig: `decoder` must be one of {DECODERS}; got {config.decoder!r}.")
 
@@ -58,7 +61,9 @@ def build_models(source_vocabulary, target_vocabulary, config, beam_alignments=F
     letters = keras.Input((None,), dtype="int32", name="letters")
     previous_phones = keras.Input((None,), dtype="int32", name="previous_phones")
 
-    memory = keras.layers.Embedding(len(source_vocabulary), config.embedding, mask_zero=True, name="letter_embedding")(letters)
+    memory = keras.layers.Embedding(len(source_vocabulary), config.embedding, mask_zero=True, name="letter_embedding")(
+        letters
+    )
     final_states = None
     for layer in range(config.encoder_layers):
         memory = keras.layers.Dropout(config.dropout, name=f"encoder_dropout_{layer}")(memory)
@@ -74,20 +79,30 @@ def build_models(source_vocabulary, target_vocabulary, config, beam_alignments=F
     ]
 
     cell = decoder_cell(config)
-    phone_embedding = keras.layers.Embedding(len(target_vocabulary), config.embedding, mask_zero=True, name="phone_embedding")
+    phone_embedding = keras.layers.Embedding(
+        len(target_vocabulary), config.embedding, mask_zero=True, name="phone_embedding"
+    )
     readout = keras.Sequential(
         [keras.layers.Dropout(config.dropout), keras.layers.Dense(len(target_vocabulary), dtype="float32")],
         name="readout",
     )
-    outputs = ka.AttentionDecoder(cell, name="decoder")(phone_embedding(previous_phones), memory, initial_state=initial_state)
+    outputs = ka.AttentionDecoder(cell, name="decoder")(
+        phone_embedding(previous_phones), memory, initial_state=initial_state
+    )
     trainer = keras.Model([letters, previous_phones], readout(outputs), name="g2p_trainer")
 
     def pronouncer(method):
         decoded = ka.InferenceDecoder(
-            cell, phone_embedding, readout,
-            start_token=target_vocabulary.start_id, end_token=target_vocabulary.end_id,
-            max_length=config.max_length, method=method, beam_width=config.beam_width,
-            length_penalty_weight=config.length_penalty, return_alignments=method == "greedy" or beam_alignments,
+            cell,
+            phone_embedding,
+            readout,
+            start_token=target_vocabulary.start_id,
+            end_token=target_vocabulary.end_id,
+            max_length=config.max_length,
+            method=method,
+            beam_width=config.beam_width,
+            length_penalty_weight=config.length_penalty,
+            return_alignments=method == "greedy" or beam_alignments,
             name=f"{method}_decoder",
         )(memory, initial_state=initial_state)
         return keras.Model(letters, decoded, name=f"g2p_{method}")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from keras_attention.evaluation import error_rates  # noqa: E402
+from keras_attention.evaluation import error_rates
 
 
 def _train(lexicon, directory):
@@ -37,7 +37,11 @@ def _train(lexicon, directory):
     with open(directory / "train.log", "w") as log:
         subprocess.run(
             ["phonetisaurus-train", "--lexicon", str(lexicon_path), "--seq2_del", "--verbose"],
-            cwd=directory, env=ps.guess_environment(), stdout=log, stderr=subprocess.STDOUT, check=True,
+            cwd=directory,
+            env=ps.guess_environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=True,
         )
     return directory / "train" / "model.fst"
 
@@ -57,9 +61,13 @@ def phonetisaurus(train, test, directory):
     apply_seconds = time.perf_counter() - begin
     rates = error_rates([predicted.get(word, []) for word in words], [test[word] for word in words])
     return {
-        "wer": rates["sequence_error_rate"], "per": rates["token_error_rate"], "test_words": len(words),
-        "train_seconds": round(train_seconds, 1), "words_per_second": round(len(words) / apply_seconds, 1),
-        "unpronounced": sum(word not in predicted for word in words), "version": _version(),
+        "wer": rates["sequence_error_rate"],
+        "per": rates["token_error_rate"],
+        "test_words": len(words),
+        "train_seconds": round(train_seconds, 1),
+        "words_per_second": round(len(words) / apply_seconds, 1),
+        "unpronounced": sum(word not in predicted for word in words),
+        "version": _version(),
     }
 
 

@@ -20,7 +20,7 @@ README = ROOT / "README.md"
 BEGIN, END = "<!-- g2p-results:begin -->", "<!-- g2p-results:end -->"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import data  # noqa: E402
+import data
 
 
 def _minutes(seconds):
@@ -72,15 +72,15 @@ def cmudict_table(document, variant=None):
         f"{document['machine']['cores']} CPU cores; {document['date']}). The ONNX model decodes the same best "
         f"pronunciation as Keras for {ours['onnx_serving']['same_as_keras']:.2%} of the test words.",
         "",
-        "Dev WER (greedy) against training minutes: "
-        + _curve(ours["history"]) + ".",
+        "Dev WER (greedy) against training minutes: " + _curve(ours["history"]) + ".",
     ]
     if variant:
         lines += [
             "",
             f"Decoder `{variant['ours']['model']['decoder']}`: `{variant['command']}` "
             f"({_minutes(variant['wall_seconds'])} wall time; {variant['date']}); dev WER against training minutes: "
-            + _curve(variant["ours"]["history"]) + ".",
+            + _curve(variant["ours"]["history"])
+            + ".",
         ]
     return "\n".join(lines)
 
@@ -101,7 +101,9 @@ def sigmorphon_table(document):
         ours = f"{entry['test_wer']:.2f}"
         if entry["test_wer"] < entry["baseline_test_wer"]:
             ours = f"**{ours}**"
-        lines.append(f"| {name} | {ours} | {entry['baseline_test_wer']:.2f} | {entry['dev_wer']:.2f} | {_minutes(entry['train_seconds'])} |")
+        lines.append(
+            f"| {name} | {ours} | {entry['baseline_test_wer']:.2f} | {entry['dev_wer']:.2f} | {_minutes(entry['train_seconds'])} |"
+        )
     if "macro_test_wer" in document:
         macro = f"{document['macro_test_wer']:.2f}"
         if document["macro_test_wer"] < document["baseline_macro_test_wer"]:
@@ -111,7 +113,10 @@ def sigmorphon_table(document):
             f"{_minutes(document['medium_train_seconds'])} (all ten) |"
         )
         lines += ["", f"Better than the baseline on {document['better_than_baseline']} of the 10 medium languages."]
-    lines += ["", f"Command: `{document['command']}` ({_minutes(document['wall_seconds'])} wall time; {document['date']})."]
+    lines += [
+        "",
+        f"Command: `{document['command']}` ({_minutes(document['wall_seconds'])} wall time; {document['date']}).",
+    ]
     return "\n".join(lines)
 
 
@@ -122,7 +127,9 @@ def _load(name):
 
 def render():
     parts = []
-    cmudict, luong, sigmorphon = (_load(n) for n in ("g2p_cmudict.json", "g2p_cmudict_luong.json", "g2p_sigmorphon2021.json"))
+    cmudict, luong, sigmorphon = (
+        _load(n) for n in ("g2p_cmudict.json", "g2p_cmudict_luong.json", "g2p_sigmorphon2021.json")
+    )
     if cmudict:
         parts.append(cmudict_table(cmudict, luong))
     if sigmorphon:

@@ -30,15 +30,15 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import data  # noqa: E402
-import keras  # noqa: E402
-import model as g2p_model  # noqa: E402
-import numpy as np  # noqa: E402
-import training  # noqa: E402
-from pronounce import pronounce, score  # noqa: E402
+import keras
+import model as g2p_model
+import numpy as np
+import training
+from pronounce import score
 
-import keras_attention as ka  # noqa: E402
-from keras_attention.text import Vocabulary  # noqa: E402
+import data
+import keras_attention as ka
+from keras_attention.text import Vocabulary
 
 SMOKE_WORDS = 50
 
@@ -46,14 +46,21 @@ SMOKE_WORDS = 50
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dataset", choices=("cmudict", "sigmorphon"))
-    parser.add_argument("--languages", nargs="+", default=["medium"], help="SIGMORPHON languages, 'medium' (the ten) or 'eng_us'")
+    parser.add_argument(
+        "--languages", nargs="+", default=["medium"], help="SIGMORPHON languages, 'medium' (the ten) or 'eng_us'"
+    )
     parser.add_argument("--out", help="output directory (default runs/g2p_<dataset>)")
     parser.add_argument("--results", help="also write the results JSON here (e.g. results/g2p_cmudict.json)")
-    parser.add_argument("--smoke", action="store_true", help=f"a seconds-long run on {SMOKE_WORDS} words (used by the tests)")
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"a seconds-long run on {SMOKE_WORDS} words (used by the tests)"
+    )
     parser.add_argument("--no-peer", action="store_true", help="CMUdict: skip the Phonetisaurus comparison")
     parser.add_argument("--no-export", action="store_true", help="CMUdict: skip the SavedModel/ONNX export")
-    parser.add_argument("--normalization", choices=("NFC", "NFD", "NFKC", "NFKD", "none"),
-                        help="Unicode normal form of the letters (default: none for CMUdict, NFD for SIGMORPHON)")
+    parser.add_argument(
+        "--normalization",
+        choices=("NFC", "NFD", "NFKC", "NFKD", "none"),
+        help="Unicode normal form of the letters (default: none for CMUdict, NFD for SIGMORPHON)",
+    )
     for field in dataclasses.fields(training.TrainConfig) + dataclasses.fields(g2p_model.ModelConfig):
         kind = field.type if isinstance(field.type, type) else type(field.default)
         flag = "--" + field.name.replace("_", "-")
@@ -74,13 +81,32 @@ def configs(args, **defaults):
     built = []
     for cls in (g2p_model.ModelConfig, training.TrainConfig):
         values = {f.name: defaults[f.name] for f in dataclasses.fields(cls) if f.name in defaults}
-        values.update({f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name) not in (None, False)})
+        values.update(
+            {
+                f.name: getattr(args, f.name)
+                for f in dataclasses.fields(cls)
+                if getattr(args, f.name) not in (None, False)
+            }
+        )
         built.append(cls(**values))
     return built
 
 
-SMOKE = dict(embedding=16, encoder_units=32, encoder_layers=1, decoder_units=64, attention_units=32, dropout=0.0,
-             epochs=60, batch_size=10, learning_rate=1e-2, warmup_epochs=1, label_smoothing=0.0, ema_epochs=0.0, patience=60)
+SMOKE = dict(
+    embedding=16,
+    encoder_units=32,
+    encoder_layers=1,
+    decoder_units=64,
+    attention_units=32,
+    dropout=0.0,
+    epochs=60,
+    batch_size=10,
+    learning_rate=1e-2,
+    warmup_epochs=1,
+    label_smoothing=0.0,
+    ema_epochs=0.0,
+    patience=60,
+)
 
 
 # SIGMORPHON's medium sets are 15 times smaller than CMUdict: smaller
@@ -95,7 +121,10 @@ SIGMORPHON_HIGH = dict(batch_size=128, dropout=0.2, epochs=12, patience=4, norma
 def vocabularies(lexicon, normalization=None):
     letters = Vocabulary.build(lexicon, unknown_token="<unk>", normalization=normalization)
     phones = Vocabulary.build(
-        [" ".join(p) for options in lexicon.values() for p in options], separator=" ", start_token="<s>", end_token="</s>"
+        [" ".join(p) for options in lexicon.values() for p in options],
+        separator=" ",
+        start_token="<s>",
+        end_token="</s>",
     )
     return letters, phones
 
@@ -104,8 +133,12 @@ def machine():
     import tensorflow as tf
 
     return {
-        "platform": platform.platform(), "processor": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-        "python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras.__version__,
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
         "gpus": len(tf.config.list_physical_devices("GPU")),
     }
 
@@ -134,11 +167,19 @@ def train_language(name, split, args, out, **defaults):
     trainer, greedy, beam = g2p_model.build_models(letters, phones, model_config)
     os.makedirs(out, exist_ok=True)
     history, train_seconds = training.train(trainer, greedy, split, letters, phones, train_config, out)
-    results = {"train_words": len(split["train"]), "dev_words": len(split["dev"]), "test_words": len(split["test"]),
-               "parameters": trainer.count_params(), "epochs": len(history), "train_seconds": round(train_seconds, 1),
-               "best_epoch": training.best_epoch(history), "history": history,
-               "model": dataclasses.asdict(model_config), "training": dataclasses.asdict(train_config),
-               "normalization": letters.normalization}
+    results = {
+        "train_words": len(split["train"]),
+        "dev_words": len(split["dev"]),
+        "test_words": len(split["test"]),
+        "parameters": trainer.count_params(),
+        "epochs": len(history),
+        "train_seconds": round(train_seconds, 1),
+        "best_epoch": training.best_epoch(history),
+        "history": history,
+        "model": dataclasses.asdict(model_config),
+        "training": dataclasses.asdict(train_config),
+        "normalization": letters.normalization,
+    }
     dev_rates, _ = score(greedy, split["dev"], letters, phones)
     results["dev_wer"], results["dev_per"] = dev_rates["wer"], dev_rates["per"]
     begin = time.perf_counter()
@@ -147,12 +188,17 @@ def train_language(name, split, args, out, **defaults):
     begin = time.perf_counter()
     beam_rates, _ = score(beam, split["test"], letters, phones)
     results["keras_beam_words_per_second"] = round(len(split["test"]) / (time.perf_counter() - begin), 1)
-    results.update(wer=beam_rates["wer"], per=beam_rates["per"], wer_greedy=greedy_rates["wer"], per_greedy=greedy_rates["per"])
+    results.update(
+        wer=beam_rates["wer"], per=beam_rates["per"], wer_greedy=greedy_rates["wer"], per_greedy=greedy_rates["per"]
+    )
     for model, kind in ((trainer, "trainer"), (greedy, "greedy"), (beam, "beam")):
         model.save(os.path.join(out, f"g2p_{kind}.keras"))
-    print(f"{name}: test WER {results['wer']:.2f}% PER {results['per']:.2f}% (beam {model_config.beam_width}); "
-          f"greedy {results['wer_greedy']:.2f}% / {results['per_greedy']:.2f}%; dev WER {results['dev_wer']:.2f}%; "
-          f"{results['epochs']} epochs, {train_seconds:.0f} s", flush=True)
+    print(
+        f"{name}: test WER {results['wer']:.2f}% PER {results['per']:.2f}% (beam {model_config.beam_width}); "
+        f"greedy {results['wer_greedy']:.2f}% / {results['per_greedy']:.2f}%; dev WER {results['dev_wer']:.2f}%; "
+        f"{results['epochs']} epochs, {train_seconds:.0f} s",
+        flush=True,
+    )
     return results, (trainer, greedy, beam, letters, phones)
 
 
@@ -174,8 +220,12 @@ def serve_onnx(directory, beam, words, letters, batch_size=256):
     for feed, ids in zip(feeds, onnx_ids):
         keras_ids = np.asarray(beam.predict_on_batch(feed)["ids"])[:, 0]
         same += int(np.sum(np.all(keras_ids == ids, axis=1)))
-    return {"words_per_second": round(len(words) / seconds, 1), "seconds": round(seconds, 2), "batch_size": batch_size,
-            "same_as_keras": same / len(words)}
+    return {
+        "words_per_second": round(len(words) / seconds, 1),
+        "seconds": round(seconds, 2),
+        "batch_size": batch_size,
+        "same_as_keras": same / len(words),
+    }
 
 
 def sorted_batches(words, batch_size):
@@ -188,7 +238,9 @@ def export(out, greedy, beam, letters, phones, words):
     directory = os.path.join(out, "export")
     sample = [{"letters": words[:16]}, {"letters": words[16:19]}]
     report = ka.export_model(
-        {"pronounce": beam, "pronounce_greedy": greedy}, directory, overwrite=True,
+        {"pronounce": beam, "pronounce_greedy": greedy},
+        directory,
+        overwrite=True,
         vocabulary={"source": letters, "target": phones},
         sample_inputs={"pronounce": sample, "pronounce_greedy": sample},
     )
@@ -201,9 +253,17 @@ def run_cmudict(args):
     if args.smoke:
         words = data.subset(split["train"], SMOKE_WORDS)
         split = {"train": words, "dev": words, "test": words}
-    results, (trainer, greedy, beam, letters, phones) = train_language("cmudict", split, args, args.out, **(SMOKE if args.smoke else {}))
+    results, (trainer, greedy, beam, letters, phones) = train_language(
+        "cmudict", split, args, args.out, **(SMOKE if args.smoke else {})
+    )
     test_words = sorted(split["test"])
-    results["plots"] = plot_alignments(greedy, ["phoneme", "attention", "keras", "pronounce"] if not args.smoke else test_words, letters, phones, args.out)
+    results["plots"] = plot_alignments(
+        greedy,
+        ["phoneme", "attention", "keras", "pronounce"] if not args.smoke else test_words,
+        letters,
+        phones,
+        args.out,
+    )
     document = {"test_words": len(test_words), "ours": results}
     if not args.no_export:
         directory, report = export(args.out, greedy, beam, letters, phones, test_words)
@@ -211,13 +271,17 @@ def run_cmudict(args):
         results["words_per_second"] = serving["words_per_second"]
         results["onnx_serving"] = serving
         results["export_parity"] = {f"{r.signature}/{r.format}/{r.output}": r.max_abs_diff for r in report.parity}
-        print(f"ONNX beam serving: {serving['words_per_second']:.0f} words/s; same as Keras on {serving['same_as_keras']:.2%} of test words")
+        print(
+            f"ONNX beam serving: {serving['words_per_second']:.0f} words/s; same as Keras on {serving['same_as_keras']:.2%} of test words"
+        )
     if not args.no_peer:
         import peer
 
         # The peer needs no dev set: it trains on every non-test word.
         peer_train = {**split["train"], **split["dev"]}
-        document["phonetisaurus"] = peer.phonetisaurus(peer_train, split["test"], os.path.join(args.out, "phonetisaurus"))
+        document["phonetisaurus"] = peer.phonetisaurus(
+            peer_train, split["test"], os.path.join(args.out, "phonetisaurus")
+        )
         print("phonetisaurus:", json.dumps(document["phonetisaurus"]))
     return document
 
@@ -238,9 +302,13 @@ def run_sigmorphon(args):
         results, _ = train_language(language, split, args, os.path.join(args.out, language), **defaults)
         total += results["train_seconds"]
         document["languages"][language] = {
-            "dev_wer": results["dev_wer"], "test_wer": results["wer"], "test_wer_greedy": results["wer_greedy"],
-            "baseline_test_wer": data.SIGMORPHON_BASELINE[language], "train_seconds": results["train_seconds"],
-            "epochs": results["epochs"], "details": results,
+            "dev_wer": results["dev_wer"],
+            "test_wer": results["wer"],
+            "test_wer_greedy": results["wer_greedy"],
+            "baseline_test_wer": data.SIGMORPHON_BASELINE[language],
+            "train_seconds": results["train_seconds"],
+            "epochs": results["epochs"],
+            "details": results,
         }
     medium = [document["languages"][name] for name in data.MEDIUM_LANGUAGES if name in document["languages"]]
     if len(medium) == len(data.MEDIUM_LANGUAGES):
@@ -262,7 +330,9 @@ def main(argv=None):
     document.update(
         command="python " + " ".join([os.path.relpath(__file__)] + (sys.argv[1:] if argv is None else list(argv))),
         wall_seconds=round(time.perf_counter() - begin, 1),
-        date=datetime.date.today().isoformat(), machine=machine(), smoke=args.smoke,
+        date=datetime.date.today().isoformat(),
+        machine=machine(),
+        smoke=args.smoke,
     )
     paths = [os.path.join(args.out, "results.json")] + ([args.results] if args.results else [])
     for path in paths:

@@ -59,8 +59,12 @@ class DevEvaluation(keras.callbacks.Callback):
         if rates["wer"] < self.best:
             self.best = rates["wer"]
             self.model.save_weights(self.path)
-        self.history.append({"epoch": epoch + 1, "dev_wer": rates["wer"], "dev_per": rates["per"], "loss": logs.get("loss")})
-        print(f" - dev WER {rates['wer']:.2f}% PER {rates['per']:.2f}% ({time.perf_counter() - begin:.0f} s)", flush=True)
+        self.history.append(
+            {"epoch": epoch + 1, "dev_wer": rates["wer"], "dev_per": rates["per"], "loss": logs.get("loss")}
+        )
+        print(
+            f" - dev WER {rates['wer']:.2f}% PER {rates['per']:.2f}% ({time.perf_counter() - begin:.0f} s)", flush=True
+        )
 
 
 class EpochClock(keras.callbacks.Callback):
@@ -97,7 +101,9 @@ def train(trainer, greedy, data, letters, phones, config, out, verbose=None):
     # The average's horizon is counted in epochs, so a small data set does
     # not average over its first, untrained, steps.
     momentum = 1.0 - 1.0 / max(2.0, config.ema_epochs * len(batches))
-    optimizer = keras.optimizers.Adam(schedule, clipnorm=config.clipnorm, use_ema=config.ema_epochs > 0, ema_momentum=momentum)
+    optimizer = keras.optimizers.Adam(
+        schedule, clipnorm=config.clipnorm, use_ema=config.ema_epochs > 0, ema_momentum=momentum
+    )
     trainer.compile(optimizer, ka.SequenceLoss(label_smoothing=config.label_smoothing), jit_compile=config.jit)
     best_path = os.path.join(out, "best.weights.h5")
     clock = EpochClock()
@@ -114,7 +120,7 @@ def train(trainer, greedy, data, letters, phones, config, out, verbose=None):
     if os.path.exists(best_path):
         trainer.load_weights(best_path)
     history = []
-    for entry, seconds in zip(evaluation.history, clock.elapsed[-len(evaluation.history):]):
+    for entry, seconds in zip(evaluation.history, clock.elapsed[-len(evaluation.history) :]):
         history.append({**entry, "train_seconds": round(seconds, 1)})
     with open(os.path.join(out, "history.json"), "w") as file:
         json.dump(history, file, indent=1)

@@ -7,4 +7,12 @@ from keras_attention.cells.inference import InferenceDecoder
 from keras_attention.cells.lstm import AttentionLSTMCell
 from keras_attention.cells.wrapper import AttentionWrapper
 
-__all__ = ["AttentionCell", "AttentionDecoder", "AttentionGRUCell", "AttentionLSTMCell", "AttentionMemory", "AttentionWrapper", "InferenceDecoder"]
+__all__ = [
+    "AttentionCell",
+    "AttentionDecoder",
+    "AttentionGRUCell",
+    "AttentionLSTMCell",
+    "AttentionMemory",
+    "AttentionWrapper",
+    "InferenceDecoder",
+]

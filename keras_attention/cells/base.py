@@ -53,9 +53,7 @@ def check_memory(owner, memory, mask):
     """`memory (B, Ts, d)` and `mask (B, Ts)`; returns the memory's static shape."""
     shape = _checks._shape(memory.shape)
     if len(shape) != 3:
-        raise ValueError(
-            f"{_checks._name(owner)}: `memory` must have rank 3 (batch, Ts, d); got shape {shape}."
-        )
+        raise ValueError(f"{_checks._name(owner)}: `memory` must have rank 3 (batch, Ts, d); got shape {shape}.")
     if mask is not None:
         _checks.check_mask_shape(owner, "memory_mask", mask, shape[:2], "(batch, Ts)")
     return shape
@@ -126,8 +124,10 @@ class AttentionCell(keras.layers.Layer):
         if attention.built:
             built_for = getattr(attention, "score_sizes", None)
             if built_for != sizes:
-                built = "for other sizes" if built_for is None else (
-                    f"for queries of size {built_for[0]} and keys of size {built_for[1]}"
+                built = (
+                    "for other sizes"
+                    if built_for is None
+                    else (f"for queries of size {built_for[0]} and keys of size {built_for[1]}")
                 )
                 raise ValueError(
                     f"{type(self).__name__}: `attention` {attention.name!r} is already built {built}; "

@@ -102,9 +102,7 @@ class AttentionDecoder(keras.layers.Layer):
         memory_shape = check_memory(self, memory, memory_mask)
         inputs_shape = _checks._shape(inputs.shape)
         if len(inputs_shape) != 3:
-            raise ValueError(
-                f"AttentionDecoder: `inputs` must have rank 3 (batch, Tt, dy); got shape {inputs_shape}."
-            )
+            raise ValueError(f"AttentionDecoder: `inputs` must have rank 3 (batch, Tt, dy); got shape {inputs_shape}.")
         if not _checks._same(inputs_shape[0], memory_shape[0]):
             raise ValueError(
                 "AttentionDecoder: `inputs` and `memory` must have the same batch size; "
@@ -144,9 +142,7 @@ class AttentionDecoder(keras.layers.Layer):
         )
         try:
             with self.cell.bind(prepared, with_alignments=self.return_alignments):
-                output, *states = self._rnn()(
-                    inputs, initial_state=initial_state, mask=inputs_mask, training=training
-                )
+                output, *states = self._rnn()(inputs, initial_state=initial_state, mask=inputs_mask, training=training)
         finally:
             self.cell.reset_dropout_masks()
         alignments = None
@@ -155,18 +151,24 @@ class AttentionDecoder(keras.layers.Layer):
             output = output[..., : self.cell.output_size]
         return output, states, alignments
 
-    def compute_output_spec(self, inputs, memory, memory_mask=None, inputs_mask=None, initial_state=None, training=None):
+    def compute_output_spec(
+        self, inputs, memory, memory_mask=None, inputs_mask=None, initial_state=None, training=None
+    ):
         if not self.built:
             self.build(inputs.shape, memory.shape)
         batch, target_length = inputs.shape[0], inputs.shape[1]
-        shape = (batch, target_length, self.cell.output_size) if self.return_sequences else (batch, self.cell.output_size)
+        shape = (
+            (batch, target_length, self.cell.output_size) if self.return_sequences else (batch, self.cell.output_size)
+        )
         results = [keras.KerasTensor(shape, dtype=self.compute_dtype)]
         if self.return_state:
             results += [
                 keras.KerasTensor((batch, size), dtype=self.compute_dtype) for size in self.cell.recurrent_state_size
             ]
         if self.return_alignments:
-            alignment_shape = (batch, target_length, memory.shape[1]) if self.return_sequences else (batch, memory.shape[1])
+            alignment_shape = (
+                (batch, target_length, memory.shape[1]) if self.return_sequences else (batch, memory.shape[1])
+            )
             results.append(keras.KerasTensor(alignment_shape, dtype=self.compute_dtype))
         return results[0] if len(results) == 1 else tuple(results)
 

@@ -49,7 +49,11 @@ def main(argv=None):
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset, {MIN_OPSET}-{MAX_OPSET}")
     parser.add_argument("--force", action="store_true", help="replace an existing export directory")
     parser.add_argument(
-        "--signature", action="append", type=_parse_signature, default=[], metavar="NAME=MODEL.keras",
+        "--signature",
+        action="append",
+        type=_parse_signature,
+        default=[],
+        metavar="NAME=MODEL.keras",
         help="another model exported as signature NAME (e.g. translate=decoder.keras); repeatable",
     )
     parser.add_argument("--vocabulary", help="a vocabulary JSON file to ship as vocabulary.json")
@@ -70,8 +74,15 @@ def main(argv=None):
                 raise FileNotFoundError(f"--sample-inputs: no such file {str(sample_path)!r}.")
             sample_inputs = json.loads(sample_path.read_text(encoding="utf-8"))
         report = export_model(
-            model, args.out_dir, formats=args.formats, opset=args.opset, overwrite=args.force,
-            verify=not args.no_verify, sample_inputs=sample_inputs, vocabulary=args.vocabulary, atol=args.atol,
+            model,
+            args.out_dir,
+            formats=args.formats,
+            opset=args.opset,
+            overwrite=args.force,
+            verify=not args.no_verify,
+            sample_inputs=sample_inputs,
+            vocabulary=args.vocabulary,
+            atol=args.atol,
         )
         if args.report:
             report.to_json(args.report)

@@ -45,7 +45,9 @@ def _check_formats(formats):
 
 def _check_opset(opset):
     if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
-        raise ValueError(f"`opset` must be an integer from {MIN_OPSET} to {MAX_OPSET} (tf2onnx 1.17 supports no later); got {opset!r}.")
+        raise ValueError(
+            f"`opset` must be an integer from {MIN_OPSET} to {MAX_OPSET} (tf2onnx 1.17 supports no later); got {opset!r}."
+        )
     return opset
 
 
@@ -141,8 +143,12 @@ def export_model(
         raise ValueError(f"`directory` must be a path; got {directory!r}.")
     directory = Path(directory).absolute()
     _check_target(directory, overwrite)
-    vocabulary = None if vocabulary is None else _check_vocabulary(
-        load_vocabulary(vocabulary) if isinstance(vocabulary, (str, os.PathLike)) else vocabulary, "vocabulary"
+    vocabulary = (
+        None
+        if vocabulary is None
+        else _check_vocabulary(
+            load_vocabulary(vocabulary) if isinstance(vocabulary, (str, os.PathLike)) else vocabulary, "vocabulary"
+        )
     )
 
     models = _as_models(model)
@@ -163,7 +169,10 @@ def export_model(
         signatures.append(_make_signature(name, exportable, signature_specs.get(name), argument))
     for signature in signatures:
         report.signatures[signature.name] = {
-            "inputs": {n: {"shape": s.shape.as_list(), "dtype": s.dtype.name} for n, s in zip(signature.input_names, signature.input_specs)},
+            "inputs": {
+                n: {"shape": s.shape.as_list(), "dtype": s.dtype.name}
+                for n, s in zip(signature.input_names, signature.input_specs)
+            },
             "outputs": {n: {"dtype": d} for n, d in zip(signature.output_names, signature.output_dtypes)},
         }
         if DEFAULT_SIGNATURE not in models and signature is signatures[0] and "saved_model" in formats:
@@ -180,7 +189,20 @@ def export_model(
             f"`directory` {str(directory)!r}: cannot create the export there ({error.strerror or error})."
         ) from error
     try:
-        _write_and_verify(signatures, staging, directory, formats, opset, verify, sample_inputs, vocabulary, shapes, seed, atol, report)
+        _write_and_verify(
+            signatures,
+            staging,
+            directory,
+            formats,
+            opset,
+            verify,
+            sample_inputs,
+            vocabulary,
+            shapes,
+            seed,
+            atol,
+            report,
+        )
         if vocabulary is not None:
             (staging / VOCABULARY_FILE).write_text(vocabulary_json(vocabulary), encoding="utf-8")
             report.paths["vocabulary"] = str(directory / VOCABULARY_FILE)
@@ -207,7 +229,9 @@ def _versions():
     return versions
 
 
-def _write_and_verify(signatures, staging, directory, formats, opset, verify, sample_inputs, vocabulary, shapes, seed, atol, report):
+def _write_and_verify(
+    signatures, staging, directory, formats, opset, verify, sample_inputs, vocabulary, shapes, seed, atol, report
+):
     import tensorflow as tf
 
     functions = {}
@@ -251,18 +275,25 @@ def _write_and_verify(signatures, staging, directory, formats, opset, verify, sa
                 f"signature {signature.name!r}: the Keras model fails on the verification inputs ({type(error).__name__}: {error}); "
                 "pass `sample_inputs` with valid values."
             ) from error
-        report.batches[signature.name] = [{n: list(a.shape) for n, a in zip(signature.input_names, arrays)} for arrays in batches]
+        report.batches[signature.name] = [
+            {n: list(a.shape) for n, a in zip(signature.input_names, arrays)} for arrays in batches
+        ]
         if loaded is not None:
             function = loaded.signatures[signature.name]
             actual = [
-                {k: v.numpy() for k, v in function(**{n: tf.constant(a) for n, a in zip(signature.input_names, arrays)}).items()}
+                {
+                    k: v.numpy()
+                    for k, v in function(**{n: tf.constant(a) for n, a in zip(signature.input_names, arrays)}).items()
+                }
                 for arrays in batches
             ]
             _record(report, signature, "saved_model", expected, actual, atol)
         if signature.name in sessions:
             session = sessions[signature.name]
             names = [o.name for o in session.get_outputs()]
-            actual = [dict(zip(names, session.run(None, dict(zip(signature.input_names, arrays))))) for arrays in batches]
+            actual = [
+                dict(zip(names, session.run(None, dict(zip(signature.input_names, arrays))))) for arrays in batches
+            ]
             _record(report, signature, "onnx", expected, actual, atol)
     report.timings_s["verify"] = round(time.perf_counter() - begin, 3)
     _check_parity(report)

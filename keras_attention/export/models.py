@@ -12,7 +12,6 @@ import numpy as np
 from keras_attention.export.layout import DEFAULT_SIGNATURE
 from keras_attention.export.report import ExportError
 
-
 _LOW_PRECISION = {"mixed_float16", "mixed_bfloat16", "float16", "bfloat16"}
 _CUDNN_LAYERS = {"LSTM", "GRU"}  # Keras layers that pick cuDNN kernels on a GPU
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -133,5 +132,7 @@ def _exportable_copy(model, argument, notes):
             f"but the model has {[tuple(w.shape) for w in weights]}; cannot copy the weights."
         )
     copy.set_weights([np.asarray(w).astype(v.dtype) for w, v in zip(weights, targets)])
-    notes.append(f"{argument}: exported from a rebuilt copy: {'; '.join(sorted(changes))}; parity is against that copy.")
+    notes.append(
+        f"{argument}: exported from a rebuilt copy: {'; '.join(sorted(changes))}; parity is against that copy."
+    )
     return copy

@@ -8,7 +8,6 @@ import keras
 
 from keras_attention.export.report import ExportError
 
-
 # What to do instead, for the TensorFlow ops this stack is known not to convert.
 _OP_HINTS = {
     "Bitcast": "`ops.argmax`/`ops.argmin` on floats emit it; use `ops.top_k(x, 1)`",
@@ -72,7 +71,9 @@ def _name_dynamic_axes(model_proto, signature):
     for value in model_proto.graph.input:
         for axis, dim in enumerate(value.type.tensor_type.shape.dim):
             if not dim.HasField("dim_value"):
-                dim.dim_param = "batch" if axis == 0 else (f"{value.name}_length" if axis == 1 else f"{value.name}_dim{axis}")
+                dim.dim_param = (
+                    "batch" if axis == 0 else (f"{value.name}_length" if axis == 1 else f"{value.name}_dim{axis}")
+                )
     for value in model_proto.graph.output:
         dims = value.type.tensor_type.shape.dim
         if len(dims) and not dims[0].HasField("dim_value"):
@@ -135,7 +136,9 @@ def _export_onnx(signature, function, path, opset):
     try:
         onnx.checker.check_model(str(path), full_check=True)
     except Exception as error:
-        raise ExportError(f"signature {signature.name!r}: the ONNX file fails onnx.checker: {error}. Nothing was written.") from error
+        raise ExportError(
+            f"signature {signature.name!r}: the ONNX file fails onnx.checker: {error}. Nothing was written."
+        ) from error
     try:
         return _session(path)
     except Exception as error:

@@ -41,7 +41,8 @@ def _check_parity(report):
     if failures:
         listed = "; ".join(
             f"{row.format} signature {row.signature!r} output {row.output!r}: max |diff| {row.max_abs_diff:.3g} "
-            f"(allowed {'0, exact' if row.exact else row.tolerance})" + (f", dtype {row.dtype}" if "->" in row.dtype else "")
+            f"(allowed {'0, exact' if row.exact else row.tolerance})"
+            + (f", dtype {row.dtype}" if "->" in row.dtype else "")
             for row in failures
         )
         raise ExportError(f"export does not match Keras: {listed}. Nothing was written.\n{report.table()}", report)

@@ -68,7 +68,9 @@ class ExportReport:
             if (row.signature, row.format, row.output) == (signature, format, output):
                 return row.max_abs_diff
         known = sorted({(r.signature, r.format, r.output) for r in self.parity})
-        raise KeyError(f"no parity row for signature={signature!r}, format={format!r}, output={output!r}; rows: {known}")
+        raise KeyError(
+            f"no parity row for signature={signature!r}, format={format!r}, output={output!r}; rows: {known}"
+        )
 
     def to_dict(self):
         data = dataclasses.asdict(self)
@@ -102,7 +104,9 @@ class ExportReport:
             for row in self.parity
         ]
         widths = [max(len(str(line[i])) for line in [header, *rows]) for i in range(len(header))]
-        lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
+        lines = [
+            "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]
+        ]
         lines.insert(1, "  ".join("-" * width for width in widths))
         return "\n".join(lines)
 

@@ -37,14 +37,18 @@ def _generated_batches(signature, shapes, rng):
         lengths[rng.integers(batch)] = length  # the padded length is really used
         arrays = []
         for spec, tensor in zip(signature.input_specs, tensors):
-            shape = [batch if axis == 0 and d is None else (length if d is None else d) for axis, d in enumerate(spec.shape.as_list())]
+            shape = [
+                batch if axis == 0 and d is None else (length if d is None else d)
+                for axis, d in enumerate(spec.shape.as_list())
+            ]
             dynamic = len(shape) >= 2 and spec.shape.as_list()[1] is None
             rows = lengths if shape[0] == batch else np.full(shape[0], length)  # a fixed batch size
             padding = np.arange(shape[1])[None, :] >= rows[:, None] if dynamic else None
             dtype = spec.dtype.as_numpy_dtype
             if spec.dtype.is_bool:
                 value = np.broadcast_to(
-                    (~padding).reshape(padding.shape + (1,) * (len(shape) - 2)) if dynamic else np.ones(shape, bool), shape
+                    (~padding).reshape(padding.shape + (1,) * (len(shape) - 2)) if dynamic else np.ones(shape, bool),
+                    shape,
                 ).copy()
             elif spec.dtype.is_integer:
                 high = sizes.get(id(tensor), smallest or 10)
@@ -78,7 +82,9 @@ def _sample_batches(signature, sample_inputs, vocabulary):
     batches = []
     for batch in candidates:
         if not isinstance(batch, Mapping):
-            raise ValueError(f"`sample_inputs` must be a list of {{input name: array}} dicts; got an entry {type(batch).__name__}.")
+            raise ValueError(
+                f"`sample_inputs` must be a list of {{input name: array}} dicts; got an entry {type(batch).__name__}."
+            )
         if all(name in batch for name in signature.input_names):
             arrays = []
             for name, spec in zip(signature.input_names, signature.input_specs):

@@ -10,7 +10,6 @@ from keras_attention.export.layout import DEFAULT_SIGNATURE, VOCABULARY_FILE, _o
 from keras_attention.export.onnx import _session
 from keras_attention.export.vocabulary import _is_text, decode_ids, encode_strings, load_vocabulary
 
-
 _ONNX_TYPES = {
     "tensor(float)": np.float32,
     "tensor(double)": np.float64,
@@ -65,7 +64,22 @@ def _check_ids(name, array, rows):
 
 # Ops an id passes through on its way to an embedding lookup (Keras's
 # Embedding maps negative ids with a compare-and-select first).
-_ID_OPS = {"Cast", "Add", "Sub", "Mul", "Where", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Less", "Greater", "Not", "Expand", "Clip"}
+_ID_OPS = {
+    "Cast",
+    "Add",
+    "Sub",
+    "Mul",
+    "Where",
+    "Identity",
+    "Unsqueeze",
+    "Squeeze",
+    "Reshape",
+    "Less",
+    "Greater",
+    "Not",
+    "Expand",
+    "Clip",
+}
 
 
 def _embedding_rows(path):
@@ -88,7 +102,12 @@ def _embedding_rows(path):
         while frontier:
             name = frontier.pop()
             for node in consumers.get(name, ()):
-                if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name and node.input[0] in tables:
+                if (
+                    node.op_type == "Gather"
+                    and len(node.input) > 1
+                    and node.input[1] == name
+                    and node.input[0] in tables
+                ):
                     found.append(tables[node.input[0]])
                 elif node.op_type in _ID_OPS:
                     for output in node.output:
@@ -127,7 +146,9 @@ class _OnnxSignature:
         specs = self.specs
         if not isinstance(inputs, Mapping):
             if len(specs) != 1:
-                raise ValueError(f"`inputs` must be {{input name: value}} for a model with inputs {list(specs)}; got {type(inputs).__name__}.")
+                raise ValueError(
+                    f"`inputs` must be {{input name: value}} for a model with inputs {list(specs)}; got {type(inputs).__name__}."
+                )
             inputs = {next(iter(specs)): inputs}
         missing, unknown = set(specs) - set(inputs), set(inputs) - set(specs)
         if missing or unknown:
@@ -138,7 +159,9 @@ class _OnnxSignature:
             dtype = _ONNX_TYPES.get(specs[name].type)
             if _is_text(value):
                 if self.vocabulary is None:
-                    raise ValueError(f"input {name!r} is text but {str(self.directory)!r} has no {VOCABULARY_FILE} to tokenise it.")
+                    raise ValueError(
+                        f"input {name!r} is text but {str(self.directory)!r} has no {VOCABULARY_FILE} to tokenise it."
+                    )
                 feeds[name] = encode_strings(value, self.vocabulary, dtype or np.int32)
             else:
                 feeds[name] = _feed(name, value, specs[name], dtype)
@@ -227,7 +250,9 @@ def translate_texts(directory, texts, signature=DEFAULT_SIGNATURE, batch_size=25
     session = _session(path, threads)
     inputs = session.get_inputs()
     if len(inputs) != 1:
-        raise ValueError(f"signature {signature!r} has inputs {[i.name for i in inputs]}; texts can feed a model with one input.")
+        raise ValueError(
+            f"signature {signature!r} has inputs {[i.name for i in inputs]}; texts can feed a model with one input."
+        )
     names = [o.name for o in session.get_outputs()]
     if "ids" not in names:
         raise ValueError(f"signature {signature!r} has no `ids` output to detokenise; outputs: {names}.")

@@ -24,7 +24,10 @@ class Signature:
     def call_keras(self, arrays):
         """{output name: numpy array} for a list of input arrays in signature order."""
         outputs = self.model(keras.tree.pack_sequence_as(self.structure, list(arrays)), training=False)
-        return {name: np.asarray(keras.ops.convert_to_numpy(x)) for name, x in zip(self.output_names, keras.tree.flatten(outputs))}
+        return {
+            name: np.asarray(keras.ops.convert_to_numpy(x))
+            for name, x in zip(self.output_names, keras.tree.flatten(outputs))
+        }
 
     def serve(self, *tensors):
         """The exported function: flat named inputs in, {output name: tensor} out."""
@@ -47,7 +50,9 @@ def _spec_from(value, name, argument):
         )
     if shape is None or dtype is None:
         raise ValueError(f"`{argument}`: input {name!r} needs a shape and a dtype; got shape={shape}, dtype={dtype}.")
-    return tf.TensorSpec([None if d is None else int(d) for d in shape], tf.as_dtype(keras.backend.standardize_dtype(dtype)), name=name)
+    return tf.TensorSpec(
+        [None if d is None else int(d) for d in shape], tf.as_dtype(keras.backend.standardize_dtype(dtype)), name=name
+    )
 
 
 def _model_inputs(model):
@@ -104,9 +109,11 @@ def _make_signature(name, model, input_signature, argument):
                 f"`{argument}` is not a functional model, so its inputs are unknown: pass `input_signature` "
                 "(a list of keras.InputSpec/tf.TensorSpec, or {input name: (shape, dtype)})."
             )
-        items = list(input_signature.items()) if isinstance(input_signature, Mapping) else [
-            (getattr(spec, "name", None) or f"input_{i}", spec) for i, spec in enumerate(input_signature)
-        ]
+        items = (
+            list(input_signature.items())
+            if isinstance(input_signature, Mapping)
+            else [(getattr(spec, "name", None) or f"input_{i}", spec) for i, spec in enumerate(input_signature)]
+        )
         specs = [_spec_from(spec, input_name, "input_signature") for input_name, spec in items]
         # Placeholders only: the call gets one tensor, or a list of them.
         structure = list(range(len(specs))) if len(specs) > 1 else 0
@@ -120,7 +127,10 @@ def _make_signature(name, model, input_signature, argument):
                     raise ValueError(
                         f"`input_signature` names {sorted(unknown)} are not inputs of {argument}; its inputs: {[n for n, _ in named]}."
                     )
-                specs = [_spec_from(input_signature[s.name], s.name, "input_signature") if s.name in input_signature else s for s in specs]
+                specs = [
+                    _spec_from(input_signature[s.name], s.name, "input_signature") if s.name in input_signature else s
+                    for s in specs
+                ]
             else:
                 if len(input_signature) != len(specs):
                     raise ValueError(
@@ -130,7 +140,9 @@ def _make_signature(name, model, input_signature, argument):
                 specs = [_spec_from(spec, s.name, "input_signature") for spec, s in zip(input_signature, specs)]
     input_names = [spec.name for spec in specs]
     if len(set(input_names)) != len(input_names):
-        raise ValueError(f"`{argument}` has duplicate input names {input_names}; give its keras.Input layers distinct names.")
+        raise ValueError(
+            f"`{argument}` has duplicate input names {input_names}; give its keras.Input layers distinct names."
+        )
     try:
         output_struct = model.output
     except (AttributeError, ValueError):

@@ -22,7 +22,9 @@ def _side(vocabulary, side, argument):
     # The list form: {"source": [tokens], "target": [tokens], "lowercase",
     # "unknown_token", "start_token"/"end_token" or "start"/"end" (ids)}.
     if not isinstance(value, list) or len(value) < 2 or not all(isinstance(t, str) for t in value):
-        raise ValueError(f"`{argument}['{side}']` must be a list of at least 2 strings (index 0 is padding); got {value!r:.80}.")
+        raise ValueError(
+            f"`{argument}['{side}']` must be a list of at least 2 strings (index 0 is padding); got {value!r:.80}."
+        )
     if len(set(value)) != len(value):
         raise ValueError(f"`{argument}['{side}']` has duplicate tokens.")
     specials = {}
@@ -36,7 +38,9 @@ def _side(vocabulary, side, argument):
             token, token_id = vocabulary.get(f"{name}_token"), vocabulary.get(name)
             if token is None and token_id is not None:
                 if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < len(value):
-                    raise ValueError(f"`{argument}['{name}']` must be a target id from 0 to {len(value) - 1}; got {token_id!r}.")
+                    raise ValueError(
+                        f"`{argument}['{name}']` must be a target id from 0 to {len(value) - 1}; got {token_id!r}."
+                    )
                 token = value[token_id]
             specials[f"{name}_token"] = token
     for name, token in specials.items():
@@ -53,7 +57,9 @@ def _side(vocabulary, side, argument):
 def _check_vocabulary(vocabulary, argument):
     """{"source": Vocabulary, "target": Vocabulary} from any accepted form."""
     if not isinstance(vocabulary, Mapping) or "source" not in vocabulary:
-        raise ValueError(f"`{argument}` must be a dict with a 'source' vocabulary (and optionally 'target'); got {type(vocabulary).__name__}.")
+        raise ValueError(
+            f"`{argument}` must be a dict with a 'source' vocabulary (and optionally 'target'); got {type(vocabulary).__name__}."
+        )
     source = _side(vocabulary, "source", argument)
     target = _side(vocabulary, "target", argument) if vocabulary.get("target") is not None else source
     return {"source": source, "target": target}
@@ -61,7 +67,10 @@ def _check_vocabulary(vocabulary, argument):
 
 def vocabulary_json(vocabulary):
     """The text of `vocabulary.json` for a checked vocabulary: each side's `Vocabulary` config."""
-    return json.dumps({side: vocabulary[side].get_config() for side in ("source", "target")}, indent=1, ensure_ascii=False) + "\n"
+    return (
+        json.dumps({side: vocabulary[side].get_config() for side in ("source", "target")}, indent=1, ensure_ascii=False)
+        + "\n"
+    )
 
 
 def load_vocabulary(path):
@@ -104,4 +113,6 @@ def decode_ids(ids, vocabulary):
 
 
 def _is_text(value):
-    return isinstance(value, str) or (isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value))
+    return isinstance(value, str) or (
+        isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value)
+    )

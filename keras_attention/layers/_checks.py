@@ -57,9 +57,7 @@ def _is_real(value):
 def check_fraction(owner, argument, value):
     """`value` as a float in [0, 1)."""
     if not _is_real(value) or not 0.0 <= value < 1.0:
-        raise ValueError(
-            f"{_name(owner)}: `{argument}` must be a number in [0, 1); got {value!r}."
-        )
+        raise ValueError(f"{_name(owner)}: `{argument}` must be a number in [0, 1); got {value!r}.")
     return float(value)
 
 
@@ -143,8 +141,7 @@ def claim_sublayer(owner, argument, layer):
 def check_choice(layer, argument, value, choices):
     if value not in choices:
         raise ValueError(
-            f"{_name(layer)}: unknown `{argument}` {value!r}; expected one of "
-            f"{', '.join(repr(c) for c in choices)}."
+            f"{_name(layer)}: unknown `{argument}` {value!r}; expected one of {', '.join(repr(c) for c in choices)}."
         )
 
 
@@ -152,15 +149,11 @@ def check_input_shapes(layer, query_shape, value_shape, key_shape):
     query_shape, value_shape, key_shape = map(_shape, (query_shape, value_shape, key_shape))
     if len(query_shape) not in (2, 3):
         raise ValueError(
-            f"{_name(layer)}: `query` must have rank 2 (batch, dq) or 3 "
-            f"(batch, Tq, dq); got shape {query_shape}."
+            f"{_name(layer)}: `query` must have rank 2 (batch, dq) or 3 (batch, Tq, dq); got shape {query_shape}."
         )
     for argument, shape in (("value", value_shape), ("key", key_shape)):
         if len(shape) != 3:
-            raise ValueError(
-                f"{_name(layer)}: `{argument}` must have rank 3 (batch, Tv, d); "
-                f"got shape {shape}."
-            )
+            raise ValueError(f"{_name(layer)}: `{argument}` must have rank 3 (batch, Tv, d); got shape {shape}.")
     if not _same(key_shape[1], value_shape[1]):
         raise ValueError(
             f"{_name(layer)}: `key` and `value` must have the same length Tv; "
@@ -188,10 +181,7 @@ def check_known_last_dim(owner, argument, shape, when="when the layer is built")
 def check_mask_shape(layer, argument, mask, expected, meaning):
     shape = _shape(mask.shape)
     if len(shape) != len(expected) or not all(map(_same, shape, expected)):
-        raise ValueError(
-            f"{_name(layer)}: `{argument}` must have shape {meaning} = {expected}; "
-            f"got shape {shape}."
-        )
+        raise ValueError(f"{_name(layer)}: `{argument}` must have shape {meaning} = {expected}; got shape {shape}.")
 
 
 def check_masks(layer, query, value, query_mask, value_mask, attention_mask, causal):
@@ -200,8 +190,7 @@ def check_masks(layer, query, value, query_mask, value_mask, attention_mask, cau
     single_query = len(query_shape) == 2
     if single_query and causal:
         raise ValueError(
-            f"{_name(layer)}: `causal=True` needs a rank-3 query (batch, Tq, dq); "
-            f"got a query of shape {query_shape}."
+            f"{_name(layer)}: `causal=True` needs a rank-3 query (batch, Tq, dq); got a query of shape {query_shape}."
         )
     if value_mask is not None:
         check_mask_shape(layer, "value_mask", value_mask, (batch, length_v), "(batch, Tv)")

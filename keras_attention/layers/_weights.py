@@ -45,10 +45,6 @@ class WeightSettings:
     def _weight_settings_config(self):
         config = {}
         for kind in self._weight_kinds:
-            config[f"{kind}_initializer"] = keras.initializers.serialize(
-                getattr(self, f"{kind}_initializer")
-            )
-            config[f"{kind}_regularizer"] = keras.regularizers.serialize(
-                getattr(self, f"{kind}_regularizer")
-            )
+            config[f"{kind}_initializer"] = keras.initializers.serialize(getattr(self, f"{kind}_initializer"))
+            config[f"{kind}_regularizer"] = keras.regularizers.serialize(getattr(self, f"{kind}_regularizer"))
         return config

@@ -26,9 +26,7 @@ def check_chunk_size(layer, chunk_size):
 
 
 def _dense_score(projected_query, projected_key, vector, activation):
-    hidden = activation(
-        ops.expand_dims(projected_query, 2) + ops.expand_dims(projected_key, 1)
-    )  # (B, Tq, Tv, units)
+    hidden = activation(ops.expand_dims(projected_query, 2) + ops.expand_dims(projected_key, 1))  # (B, Tq, Tv, units)
     # An einsum, not a tensordot (whose dynamic reshapes XLA cannot compile
     # inside a decoder's loop gradient) nor a broadcast multiply-and-sum
     # (whose backward tiles the (B, Tq, Tv, units) block, a slower decoder
@@ -193,9 +191,7 @@ class AdditiveAttention(WeightSettings, BaseAttention):
         self.chunk_size = check_chunk_size(self, chunk_size)
         self.use_bias = bool(use_bias)
         self.normalize = bool(normalize)
-        self._set_weight_settings(
-            kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
-        )
+        self._set_weight_settings(kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer)
 
     def build_score(self, query_dim, key_dim):
         self.query_kernel = self._add_kernel("query_kernel", (query_dim, self.units))

@@ -51,9 +51,7 @@ class AttentionLayer(keras.layers.Layer):
         self.dropout = _checks.check_fraction(self, "dropout", dropout)
         self.seed = seed
         # Only created when used: its state is a variable of the layer.
-        self.seed_generator = (
-            keras.random.SeedGenerator(seed) if self.dropout > 0 else None
-        )
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout > 0 else None
         self.supports_masking = True
 
     def drop_weights(self, weights, training=None):
@@ -98,8 +96,7 @@ class AttentionLayer(keras.layers.Layer):
             return output
         if isinstance(weights_shape, dict):
             weights = {
-                name: keras.KerasTensor(shape, dtype=self.compute_dtype)
-                for name, shape in weights_shape.items()
+                name: keras.KerasTensor(shape, dtype=self.compute_dtype) for name, shape in weights_shape.items()
             }
         else:
             weights = keras.KerasTensor(weights_shape, dtype=self.compute_dtype)
@@ -122,9 +119,7 @@ class AttentionLayer(keras.layers.Layer):
         weights_shape = None
         if return_attention_scores:
             weights_shape = self.weights_shape(query.shape, value.shape)
-        return self.output_spec(
-            self.compute_output_shape(query.shape, value.shape, key.shape), weights_shape
-        )
+        return self.output_spec(self.compute_output_shape(query.shape, value.shape, key.shape), weights_shape)
 
     def compute_mask(self, query, previous_mask=None):
         # The output has one row per query, so it inherits the query's mask;

@@ -43,9 +43,7 @@ def prepare_call(layer, query, value, key, query_mask, value_mask, attention_mas
             query_mask = ops.expand_dims(query_mask, 1)
         if attention_mask is not None:
             attention_mask = ops.expand_dims(attention_mask, 1)
-    mask = combine_masks(
-        query, key, query_mask, value_mask, attention_mask, causal and causal_in_mask
-    )
+    mask = combine_masks(query, key, query_mask, value_mask, attention_mask, causal and causal_in_mask)
     return query, value, key, mask, single_query
 
 
@@ -130,9 +128,7 @@ class BaseAttention(AttentionLayer):
 
     def score(self, projected_query, projected_key):
         """Return raw scores `(B, Tq, Tv)` from projected queries and keys."""
-        raise NotImplementedError(
-            f"{type(self).__name__} must implement score(projected_query, projected_key)."
-        )
+        raise NotImplementedError(f"{type(self).__name__} must implement score(projected_query, projected_key).")
 
     def attention_weights(self, scores, mask, training=None):
         """Turn scores `(B, Tq, Tv)` into weights; masked entries get zero."""
@@ -177,9 +173,7 @@ class BaseAttention(AttentionLayer):
         query, value, key, mask, single_query = prepare_call(
             self, query, value, key, query_mask, value_mask, attention_mask, causal
         )
-        context, weights = self.attend(
-            self.project_query(query), self.project_key(key), value, mask, training
-        )
+        context, weights = self.attend(self.project_query(query), self.project_key(key), value, mask, training)
         if single_query:
             context = ops.squeeze(context, 1)
             weights = ops.squeeze(weights, 1)

@@ -120,7 +120,10 @@ class ConcatAttention(WeightSettings, BaseAttention):
             # transpose of a size-1 axis into a reshape with wrong dims.)
             return projected_query + ops.expand_dims(ops.squeeze(projected_key, -1), 1)
         return additive_score(
-            projected_query, projected_key, self.score_vector, self.activation,
+            projected_query,
+            projected_key,
+            self.score_vector,
+            self.activation,
             chunk_size=self.chunk_size,
         )
 

@@ -115,9 +115,7 @@ class HardAttention(BaseAttention):
         self.mode = mode
         self.straight_through = bool(straight_through)
         self.temperature = float(temperature)
-        self.noise_seed_generator = (
-            keras.random.SeedGenerator(seed) if mode == "sample" else None
-        )
+        self.noise_seed_generator = keras.random.SeedGenerator(seed) if mode == "sample" else None
 
     def build_score(self, query_dim, key_dim):
         self.score_layer.build_score(query_dim, key_dim)
@@ -136,9 +134,7 @@ class HardAttention(BaseAttention):
         logits = ops.cast(scores, "float32")
         if self.mode == "sample":
             tiny = float(np.finfo("float32").tiny)
-            uniform = keras.random.uniform(
-                ops.shape(logits), minval=tiny, maxval=1.0, seed=self.noise_seed_generator
-            )
+            uniform = keras.random.uniform(ops.shape(logits), minval=tiny, maxval=1.0, seed=self.noise_seed_generator)
             logits = logits - ops.log(-ops.log(uniform))
         if mask is None:
             mask = ops.ones_like(logits, dtype="bool")

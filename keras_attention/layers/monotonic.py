@@ -72,7 +72,11 @@ def _recursive(p_choose, previous):
         lambda j, q, alignment: ops.less(j, length),
         body,
         # (zeros of the shape, not of `p_choose[..., 0]`: an empty memory has no position 0)
-        (ops.convert_to_tensor(0, "int32"), ops.zeros(ops.shape(p_choose)[:-1], p_choose.dtype), ops.zeros_like(p_choose)),
+        (
+            ops.convert_to_tensor(0, "int32"),
+            ops.zeros(ops.shape(p_choose)[:-1], p_choose.dtype),
+            ops.zeros_like(p_choose),
+        ),
         maximum_iterations=length,
     )
     return alignment
@@ -106,14 +110,11 @@ def monotonic_alignment(p_choose, previous_alignment, mode):
     """
     if mode not in _MODES:
         raise ValueError(
-            f"monotonic_alignment: unknown `mode` {mode!r}; expected one of "
-            f"{', '.join(repr(m) for m in _MODES)}."
+            f"monotonic_alignment: unknown `mode` {mode!r}; expected one of {', '.join(repr(m) for m in _MODES)}."
         )
     p_choose = ops.convert_to_tensor(p_choose)
     previous_alignment = ops.cast(previous_alignment, p_choose.dtype)
-    return {"parallel": _parallel, "recursive": _recursive, "hard": _hard}[mode](
-        p_choose, previous_alignment
-    )
+    return {"parallel": _parallel, "recursive": _recursive, "hard": _hard}[mode](p_choose, previous_alignment)
 
 
 class _Monotonic:
@@ -195,9 +196,7 @@ class _Monotonic:
         return ops.matmul(alignment, value), alignment
 
     def _monotonic_config(self, config):
-        config.update(
-            {"sigmoid_noise": self.sigmoid_noise, "score_bias_init": self.score_bias_init, "mode": self.mode}
-        )
+        config.update({"sigmoid_noise": self.sigmoid_noise, "score_bias_init": self.score_bias_init, "mode": self.mode})
         return config
 
 

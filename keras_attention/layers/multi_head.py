@@ -114,9 +114,7 @@ class MultiHeadAttention(WeightSettings, AttentionLayer):
         self.value_dim = _checks.check_positive_int(self, "value_dim", value_dim, allow_none=True)
         self.output_dim = _checks.check_positive_int(self, "output_dim", output_dim, allow_none=True)
         self.use_bias = bool(use_bias)
-        self._set_weight_settings(
-            kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
-        )
+        self._set_weight_settings(kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer)
 
     @property
     def _head_value_dim(self):
@@ -216,9 +214,7 @@ class MultiHeadAttention(WeightSettings, AttentionLayer):
             full_mask = combine_masks(projected_query, projected_key, None, None, mask, causal)
         if explicit:
             scores = ops.einsum("bqhk,bvhk->bhqv", *to_score_dtype(projected_query, projected_key))
-            weights = masked_softmax(
-                scores, None if full_mask is None else ops.expand_dims(full_mask, 1)
-            )
+            weights = masked_softmax(scores, None if full_mask is None else ops.expand_dims(full_mask, 1))
             weights = self.drop_weights(weights, training)
             weights = ops.cast(weights, projected_value.dtype)
             heads = ops.einsum("bhqv,bvhk->bqhk", weights, projected_value)
@@ -263,7 +259,14 @@ class MultiHeadAttention(WeightSettings, AttentionLayer):
         # The causal part goes to `attend` separately so that the fused op can
         # use its own causal kernel rather than a materialised (Tq, Tv) mask.
         query, value, key, mask, single_query = prepare_call(
-            self, query, value, key, query_mask, value_mask, attention_mask, causal,
+            self,
+            query,
+            value,
+            key,
+            query_mask,
+            value_mask,
+            attention_mask,
+            causal,
             causal_in_mask=False,
         )
         output, weights = self.attend(

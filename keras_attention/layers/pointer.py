@@ -130,14 +130,10 @@ class PointerAttention(WeightSettings, AttentionLayer):
         query_shape, memory_shape = _checks._shape(query_shape), _checks._shape(memory_shape)
         if len(query_shape) not in (2, 3):
             raise ValueError(
-                f"PointerAttention: `query` must have rank 2 (batch, dq) or 3 "
-                f"(batch, Tq, dq); got shape {query_shape}."
+                f"PointerAttention: `query` must have rank 2 (batch, dq) or 3 (batch, Tq, dq); got shape {query_shape}."
             )
         if len(memory_shape) != 3:
-            raise ValueError(
-                f"PointerAttention: `memory` must have rank 3 (batch, Ts, de); "
-                f"got shape {memory_shape}."
-            )
+            raise ValueError(f"PointerAttention: `memory` must have rank 3 (batch, Ts, de); got shape {memory_shape}.")
         if not _checks._same(query_shape[0], memory_shape[0]):
             raise ValueError(
                 "PointerAttention: `query` and `memory` must have the same batch "
@@ -213,9 +209,7 @@ class PointerAttention(WeightSettings, AttentionLayer):
     def compute_output_spec(self, query, memory, memory_mask=None, chosen_mask=None):
         query_shape, memory_shape = self._check_shapes(query.shape, memory.shape)
         self._check_masks(query_shape, memory_shape, memory_mask, chosen_mask)
-        return self.output_spec(
-            (*query_shape[:-1], memory_shape[1]), output_dtype=logits_dtype(self.compute_dtype)
-        )
+        return self.output_spec((*query_shape[:-1], memory_shape[1]), output_dtype=logits_dtype(self.compute_dtype))
 
     def get_config(self):
         config = super().get_config()

@@ -83,9 +83,7 @@ class AttentionPooling(WeightSettings, BaseAttention):
         super().__init__(dropout=dropout, seed=seed, **kwargs)
         self.units = _checks.check_positive_int(self, "units", units)
         self.use_bias = bool(use_bias)
-        self._set_weight_settings(
-            kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
-        )
+        self._set_weight_settings(kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer)
 
     # ----------------------------------------------------------------- hooks
 
@@ -120,10 +118,7 @@ class AttentionPooling(WeightSettings, BaseAttention):
     def _check_inputs(self, shape):
         shape = _checks._shape(shape)
         if len(shape) != 3:
-            raise ValueError(
-                f"{type(self).__name__}: `inputs` must have rank 3 (batch, T, d); "
-                f"got shape {shape}."
-            )
+            raise ValueError(f"{type(self).__name__}: `inputs` must have rank 3 (batch, T, d); got shape {shape}.")
         return shape
 
     def build(self, inputs_shape):

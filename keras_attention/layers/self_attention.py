@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attention._precision import softmax_dtype
 from keras_attention.layers import _checks
 from keras_attention.layers._weights import WeightSettings
 from keras_attention.layers.additive import AdditiveAttention
@@ -11,7 +12,6 @@ from keras_attention.layers.base import BaseAttention, combine_masks
 from keras_attention.layers.dot import DotAttention, ScaledDotAttention
 from keras_attention.layers.general import GeneralAttention
 from keras_attention.layers.hard import HardAttention
-from keras_attention._precision import softmax_dtype
 from keras_attention.ops import any_along, masked_softmax
 
 __all__ = ["SelfAttention"]
@@ -132,9 +132,7 @@ class SelfAttention(WeightSettings, AttentionLayer):
         )
         self.causal = bool(causal)
         self.use_bias = bool(use_bias)
-        self._set_weight_settings(
-            kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
-        )
+        self._set_weight_settings(kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer)
         self.score_layer = self._score_layer(score)
 
     def _score_layer(self, score):
@@ -150,17 +148,14 @@ class SelfAttention(WeightSettings, AttentionLayer):
                 return DotAttention(dtype=self.dtype_policy)
             if score == "general":
                 return GeneralAttention(dtype=self.dtype_policy, **kernel_settings)
-            return AdditiveAttention(
-                self.units, dtype=self.dtype_policy, **kernel_settings
-            )
+            return AdditiveAttention(self.units, dtype=self.dtype_policy, **kernel_settings)
         score = _checks.resolve_layer(
             self,
             "score",
             score,
             # HardAttention's one-hot selection bypasses the softmax this layer owns.
             lambda layer: isinstance(layer, BaseAttention) and not isinstance(layer, HardAttention),
-            "a soft score layer of this library (e.g. AdditiveAttention(units=8)) or one "
-            f"of {list(_SCORE_NAMES)}",
+            f"a soft score layer of this library (e.g. AdditiveAttention(units=8)) or one of {list(_SCORE_NAMES)}",
         )
         if score.dropout > 0:
             # One owner for dropout, so the regulariser sees weights before it.
@@ -175,9 +170,7 @@ class SelfAttention(WeightSettings, AttentionLayer):
     def _check_inputs_shape(self, shape):
         shape = _checks._shape(shape)
         if len(shape) != 3:
-            raise ValueError(
-                f"SelfAttention: `inputs` must have rank 3 (batch, T, d); got shape {shape}."
-            )
+            raise ValueError(f"SelfAttention: `inputs` must have rank 3 (batch, T, d); got shape {shape}.")
         return shape
 
     def build(self, input_shape):
@@ -223,9 +216,7 @@ class SelfAttention(WeightSettings, AttentionLayer):
         if mask is not None:
             _checks.check_mask_shape(self, "mask", mask, (batch, length), "(batch, T)")
         if attention_mask is not None:
-            _checks.check_mask_shape(
-                self, "attention_mask", attention_mask, (batch, length, length), "(batch, T, T)"
-            )
+            _checks.check_mask_shape(self, "attention_mask", attention_mask, (batch, length, length), "(batch, T, T)")
 
     def _regularization(self, weights, mask):
         """`mean_b ||A_b A_b^T - I_b||_F^2`, with `I_b` zero on rows with no allowed position."""
@@ -263,13 +254,9 @@ class SelfAttention(WeightSettings, AttentionLayer):
             window = ops.logical_and(ops.cast(attention_mask, "bool"), window)
         elif attention_mask is not None:
             window = attention_mask
-        full_mask = combine_masks(
-            query, key, mask, mask, window, self.causal
-        )
+        full_mask = combine_masks(query, key, mask, mask, window, self.causal)
 
-        scores = self.score_layer.score(
-            self.score_layer.project_query(query), self.score_layer.project_key(key)
-        )
+        scores = self.score_layer.score(self.score_layer.project_query(query), self.score_layer.project_key(key))
         work_dtype = softmax_dtype(self.compute_dtype)
         weights = masked_softmax(ops.cast(scores, work_dtype), full_mask)
         if self.regularization_weight > 0:

@@ -147,9 +147,7 @@ class TargetedAttention(WeightSettings, AttentionLayer):
         self.units = _checks.check_positive_int(self, "units", units)
         _checks.check_choice(self, "mode", mode, _MODES)
         self.mode = mode
-        self._set_weight_settings(
-            kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer
-        )
+        self._set_weight_settings(kernel_initializer, kernel_regularizer, bias_initializer, bias_regularizer)
 
     @property
     def parts(self):
@@ -161,18 +159,13 @@ class TargetedAttention(WeightSettings, AttentionLayer):
     def _check_shapes(self, hidden_shape, target_mask_shape, mask_shape=None):
         hidden_shape = _checks._shape(hidden_shape)
         if len(hidden_shape) != 3:
-            raise ValueError(
-                f"TargetedAttention: `hidden` must have rank 3 (batch, T, d); "
-                f"got shape {hidden_shape}."
-            )
+            raise ValueError(f"TargetedAttention: `hidden` must have rank 3 (batch, T, d); got shape {hidden_shape}.")
         expected = hidden_shape[:2]
         for argument, shape in (("target_mask", target_mask_shape), ("hidden_mask", mask_shape)):
             if shape is None:
                 continue
             shape = _checks._shape(shape)
-            if len(shape) != 2 or not all(
-                _checks._same(a, b) for a, b in zip(shape, expected)
-            ):
+            if len(shape) != 2 or not all(_checks._same(a, b) for a, b in zip(shape, expected)):
                 raise ValueError(
                     f"TargetedAttention: `{argument}` must have shape (batch, T) = "
                     f"{expected}, matching `hidden` {hidden_shape}; got shape {shape}."
@@ -228,9 +221,7 @@ class TargetedAttention(WeightSettings, AttentionLayer):
         total = ops.sum(count, axis=1, keepdims=True)
         context = ops.logical_and(valid, ops.greater(total, 0))
         left = ops.logical_and(context, ops.equal(seen, 0))
-        right = ops.logical_and(
-            context, ops.logical_and(ops.equal(seen, total), ops.logical_not(target))
-        )
+        right = ops.logical_and(context, ops.logical_and(ops.equal(seen, total), ops.logical_not(target)))
         return target, left, right
 
     def call(
@@ -258,9 +249,7 @@ class TargetedAttention(WeightSettings, AttentionLayer):
         part_masks = {"whole": whole, "left": left, "right": right}
         states, weights = [], {}
         for index, part in enumerate(self.parts):
-            state, weights[part] = self._attend(
-                index, hidden, target_state, part_masks[part], training
-            )
+            state, weights[part] = self._attend(index, hidden, target_state, part_masks[part], training)
             states.append(state)
 
         if self.mode == "vanilla":
@@ -299,9 +288,7 @@ class TargetedAttention(WeightSettings, AttentionLayer):
         gate_bias = ops.cast(self.gate_bias, dtype)
         logits = ops.stack(
             [
-                ops.matmul(state, gate_kernels[k])
-                + ops.matmul(target_state, gate_target_kernels[k])
-                + gate_bias[k]
+                ops.matmul(state, gate_kernels[k]) + ops.matmul(target_state, gate_target_kernels[k]) + gate_bias[k]
                 for k, state in enumerate(states)
             ],
             axis=1,
@@ -352,4 +339,3 @@ class TargetedAttention(WeightSettings, AttentionLayer):
             }
         )
         return config
-

@@ -28,8 +28,7 @@ class FoldSentences(keras.layers.Layer):
     def _check(shape):
         if len(shape) < 3:
             raise ValueError(
-                "FoldSentences: `inputs` must have rank >= 3 (batch, sentences, "
-                f"words, ...); got shape {tuple(shape)}."
+                f"FoldSentences: `inputs` must have rank >= 3 (batch, sentences, words, ...); got shape {tuple(shape)}."
             )
 
     def call(self, inputs):
@@ -198,16 +197,16 @@ def hierarchical_attention_network(
     # Sentences are folded before the embedding so that the embedding's
     # `mask_zero` gives the word mask of each folded sentence.
     words = FoldSentences(name="fold_sentences")(ids)  # (B*S, W)
-    words = keras.layers.Embedding(
-        vocabulary_size, embedding_dim, mask_zero=True, name="word_embedding"
-    )(words)  # (B*S, W, E), mask (B*S, W)
+    words = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True, name="word_embedding")(
+        words
+    )  # (B*S, W, E), mask (B*S, W)
     words = keras.layers.Bidirectional(
         keras.layers.GRU(word_units, return_sequences=True, use_cudnn=use_cudnn),
         name="word_encoder",
     )(words)
-    sentence_vectors, word_weights = AttentionPooling(
-        word_attention_units or 2 * word_units, name="word_attention"
-    )(words, return_attention_scores=True)  # (B*S, 2u), (B*S, W)
+    sentence_vectors, word_weights = AttentionPooling(word_attention_units or 2 * word_units, name="word_attention")(
+        words, return_attention_scores=True
+    )  # (B*S, 2u), (B*S, W)
     # Masking(0) over the ids masks a sentence whose words are all padding;
     # UnfoldSentences passes that (B, S) mask on to the sentence level.
     sentence_ids = keras.layers.Masking(0, name="sentence_mask")(ids)
@@ -219,9 +218,7 @@ def hierarchical_attention_network(
     document, sentence_weights = AttentionPooling(
         sentence_attention_units or 2 * sentence_units, name="sentence_attention"
     )(sentences, return_attention_scores=True)
-    probabilities = keras.layers.Dense(
-        num_classes, activation="softmax", name="probabilities"
-    )(document)
+    probabilities = keras.layers.Dense(num_classes, activation="softmax", name="probabilities")(document)
     if not return_attention:
         return keras.Model(ids, probabilities, name=name)
     # Unfolded against the raw ids, which carry no mask: a weights output

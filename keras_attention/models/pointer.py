@@ -103,13 +103,19 @@ class PointerNetwork(keras.layers.Layer):
         self.attention_units = _checks.check_positive_int(self, "attention_units", attention_units, allow_none=True)
         self.max_length = _checks.check_positive_int(self, "max_length", max_length, allow_none=True)
         self.beam_width = _checks.check_positive_int(self, "beam_width", beam_width, allow_none=True)
-        self.length_penalty_weight = _checks.check_number(self, "length_penalty_weight", length_penalty_weight, minimum=0)
+        self.length_penalty_weight = _checks.check_number(
+            self, "length_penalty_weight", length_penalty_weight, minimum=0
+        )
         self.mask_chosen = bool(mask_chosen)
         self.use_cudnn = use_cudnn
         self.supports_masking = True
         self.encoder = keras.layers.LSTM(
-            self.units, return_sequences=True, return_state=True, use_cudnn=use_cudnn,
-            dtype=self.dtype_policy, name="encoder",
+            self.units,
+            return_sequences=True,
+            return_state=True,
+            use_cudnn=use_cudnn,
+            dtype=self.dtype_policy,
+            name="encoder",
         )
         self.decoder = keras.layers.LSTM(
             self.units, return_sequences=True, use_cudnn=use_cudnn, dtype=self.dtype_policy, name="decoder"
@@ -137,16 +143,13 @@ class PointerNetwork(keras.layers.Layer):
     def _check_shapes(self, inputs_shape, targets_shape=None):
         inputs_shape = _checks._shape(inputs_shape)
         if len(inputs_shape) != 3:
-            raise ValueError(
-                f"PointerNetwork: `inputs` must have rank 3 (batch, Ts, d); got shape {inputs_shape}."
-            )
+            raise ValueError(f"PointerNetwork: `inputs` must have rank 3 (batch, Ts, d); got shape {inputs_shape}.")
         _checks.check_known_last_dim(self, "inputs", inputs_shape, when="")
         if targets_shape is not None:
             targets_shape = _checks._shape(targets_shape)
             if len(targets_shape) != 2:
                 raise ValueError(
-                    "PointerNetwork: `targets` must have rank 2 (batch, M) of pointer "
-                    f"ids; got shape {targets_shape}."
+                    f"PointerNetwork: `targets` must have rank 2 (batch, M) of pointer ids; got shape {targets_shape}."
                 )
             if not _checks._same(inputs_shape[0], targets_shape[0]):
                 raise ValueError(
@@ -270,9 +273,7 @@ class PointerNetwork(keras.layers.Layer):
             if mask_chosen:
                 picked = ops.equal(ops.expand_dims(ids, 1), indices)
                 chosen = ops.logical_or(chosen, ops.logical_and(picked, ops.greater(indices, END)))
-            element = ops.take_along_axis(
-                given["elements"], ops.reshape(ids, (-1, 1, 1)), axis=1
-            )[:, 0]
+            element = ops.take_along_axis(given["elements"], ops.reshape(ids, (-1, 1, 1)), axis=1)[:, 0]
             output, (state_h, state_c) = cell(element, [state["h"], state["c"]])
             allowed = ops.logical_and(given["valid"], ops.logical_not(chosen))
             logits = pointer.pointer_logits(output, given["keys"], allowed)
@@ -301,7 +302,12 @@ class PointerNetwork(keras.layers.Layer):
         step_fn = self._step_function(positions, tile_batch(constants, beam_width))
         # beam_search blanks the beams it has no valid hypothesis for.
         return beam_search(
-            step_fn, state, END, END, max_length, beam_width,
+            step_fn,
+            state,
+            END,
+            END,
+            max_length,
+            beam_width,
             length_penalty_weight=self.length_penalty_weight,
         )
 
@@ -325,9 +331,7 @@ class PointerNetwork(keras.layers.Layer):
             self._check_decoding(self.max_length, self.beam_width)
             return keras.KerasTensor((inputs_shape[0], self.max_length), dtype="int32")
         positions = None if inputs_shape[1] is None else inputs_shape[1] + 1
-        return keras.KerasTensor(
-            (inputs_shape[0], targets.shape[1], positions), dtype=logits_dtype(self.compute_dtype)
-        )
+        return keras.KerasTensor((inputs_shape[0], targets.shape[1], positions), dtype=logits_dtype(self.compute_dtype))
 
     def compute_mask(self, inputs, previous_mask=None):
         # Teacher-forced logits are real up to and including each row's first
