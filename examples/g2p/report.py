@@ -3,9 +3,9 @@
     python examples/g2p/report.py          # rewrite the block in README.md
     python examples/g2p/report.py --check  # exit 1 if README.md is out of date
 
-Reads results/g2p_cmudict.json, results/g2p_cmudict_luong.json (the decoder
-without input feeding, optional) and results/g2p_sigmorphon2021.json (written by
-`train.py --results ...`) and replaces what stands between the two marker
+Reads results/g2p_cmudict.json, the optional other CMUdict runs in VARIANTS
+(the decoder without input feeding; a larger model trained longer) and
+results/g2p_sigmorphon2021.json (written by `train.py --results ...`) and replaces what stands between the two marker
 comments in README.md, so the table can only show measured figures.
 """
 
@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- g2p-results:begin -->", "<!-- g2p-results:end -->"
+# Other runs of ours on the CMUdict split, each shown as one more row.
+VARIANTS = ("g2p_cmudict_luong.json", "g2p_cmudict_large.json")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import data
@@ -31,9 +33,14 @@ def _curve(history):
     return ", ".join(f"{h['dev_wer']:.1f}% at {h['train_seconds'] / 60:.0f} min" for h in history)
 
 
-def cmudict_table(document, variant=None):
-    """`variant`: another run of ours on the same split (e.g. the decoder
-    without input feeding), shown as one more row with its own command."""
+def _label(model):
+    size = f"{model['encoder_layers']}x{model['encoder_units']} encoder, {model['decoder_units']} decoder"
+    return f"decoder `{model.get('decoder', 'input_feeding')}`, {size}"
+
+
+def cmudict_table(document, variants=()):
+    """`variants`: other runs of ours on the same split (e.g. the decoder
+    without input feeding), each shown as one more row with its own command."""
     ours, peer = document["ours"], document.get("phonetisaurus")
 
     def mark(value, other):  # bold where ours is the better of the two
@@ -52,11 +59,12 @@ def cmudict_table(document, variant=None):
         f"| keras-attention, greedy | {ours['wer_greedy']:.2f}% | {ours['per_greedy']:.2f}% | same model | "
         f"{ours['greedy_words_per_second']:,.0f} (Keras) |",
     ]
-    if variant:
+    for variant in variants:
         other = variant["ours"]
         lines.append(
-            f"| keras-attention, decoder `{other['model']['decoder']}`, beam {other['model']['beam_width']} (Keras) | "
-            f"{other['wer']:.2f}% | {other['per']:.2f}% | {_minutes(other['train_seconds'])}, {other['epochs']} epochs | "
+            f"| keras-attention, {_label(other['model'])}, beam {other['model']['beam_width']} (Keras) | "
+            f"{mark(other['wer'], peer and peer['wer'])} | {mark(other['per'], peer and peer['per'])} | "
+            f"{_minutes(other['train_seconds'])}, {other['epochs']} epochs | "
             f"{other['keras_beam_words_per_second']:,.0f} (Keras) |"
         )
     if peer:
@@ -74,10 +82,10 @@ def cmudict_table(document, variant=None):
         "",
         "Dev WER (greedy) against training minutes: " + _curve(ours["history"]) + ".",
     ]
-    if variant:
+    for variant in variants:
         lines += [
             "",
-            f"Decoder `{variant['ours']['model']['decoder']}`: `{variant['command']}` "
+            f"{_label(variant['ours']['model'])[0].upper()}{_label(variant['ours']['model'])[1:]}: `{variant['command']}` "
             f"({_minutes(variant['wall_seconds'])} wall time; {variant['date']}); dev WER against training minutes: "
             + _curve(variant["ours"]["history"])
             + ".",
@@ -127,11 +135,10 @@ def _load(name):
 
 def render():
     parts = []
-    cmudict, luong, sigmorphon = (
-        _load(n) for n in ("g2p_cmudict.json", "g2p_cmudict_luong.json", "g2p_sigmorphon2021.json")
-    )
+    cmudict, sigmorphon = _load("g2p_cmudict.json"), _load("g2p_sigmorphon2021.json")
+    variants = [document for document in map(_load, VARIANTS) if document]
     if cmudict:
-        parts.append(cmudict_table(cmudict, luong))
+        parts.append(cmudict_table(cmudict, variants))
     if sigmorphon:
         parts.append(sigmorphon_table(sigmorphon))
     return "\n\n".join(parts) if parts else "No results committed yet."
