@@ -4,6 +4,11 @@ The decoders are written for export: the loop is `keras.ops.while_loop`
 (ONNX Loop), per-step results go into preallocated buffers through masked
 `where` writes (`slice_update` does not convert to ONNX), and token choices use
 `top_k` (`argmax` does not convert either).
+
+A buffer a decoder does not need (alignments the caller turned off, coverage
+that is not penalised) is the empty tuple `ABSENT` in the loop variables:
+`while_loop` takes nested structures and an empty one carries nothing, so the
+loop variables keep one layout whatever is carried.
 """
 
 import keras
@@ -13,6 +18,12 @@ from keras import ops
 from keras_attention.layers import _checks
 
 NEG_INF = float(np.finfo("float32").min) / 2  # finite: survives sums without overflow
+ABSENT = ()
+
+
+def is_carried(value):
+    """False for the `ABSENT` placeholder, True for a tensor."""
+    return not (isinstance(value, tuple) and not value)
 
 
 def call_step(step_fn, ids, state):
