@@ -9,7 +9,32 @@ from keras_attention.layers import _checks
 
 __all__ = ["InferenceDecoder"]
 
-_METHODS = ("greedy", "sample", "beam")
+
+def _greedy(decoder, step, initial_state, common):
+    return greedy_search(step, initial_state, **common)
+
+
+def _sample(decoder, step, initial_state, common):
+    return sampling_search(
+        step, initial_state, temperature=decoder.temperature, top_k=decoder.top_k, seed=decoder.seed_generator, **common
+    )
+
+
+def _beam(decoder, step, initial_state, common):
+    return beam_search(
+        step,
+        initial_state,
+        beam_width=decoder.beam_width,
+        length_penalty_weight=decoder.length_penalty_weight,
+        coverage_penalty_weight=decoder.coverage_penalty_weight,
+        **common,
+    )
+
+
+# A table rather than a chain of ifs: a method is one entry, its search with
+# the options it reads, and the valid names come from the same table.
+_SEARCHES = {"greedy": _greedy, "sample": _sample, "beam": _beam}
+_METHODS = tuple(_SEARCHES)
 
 
 def _layer(owner, argument, layer):
@@ -160,20 +185,7 @@ class InferenceDecoder(keras.layers.Layer):
             max_length=self.max_length,
             return_alignments=self.return_alignments,
         )
-        if self.method == "greedy":
-            return greedy_search(step, initial_state, **common)
-        if self.method == "sample":
-            return sampling_search(
-                step, initial_state, temperature=self.temperature, top_k=self.top_k, seed=self.seed_generator, **common
-            )
-        return beam_search(
-            step,
-            initial_state,
-            beam_width=self.beam_width,
-            length_penalty_weight=self.length_penalty_weight,
-            coverage_penalty_weight=self.coverage_penalty_weight,
-            **common,
-        )
+        return _SEARCHES[self.method](self, step, initial_state, common)
 
     def compute_mask(self, memory, previous_mask=None):
         return None
