@@ -16,6 +16,7 @@ from keras_attention.decoding import (
     gather_beams,
     length_penalty,
     reorder_beams,
+    search_is_decided,
     select_candidates,
     write_step,
 )
@@ -154,12 +155,29 @@ def test_beam_rows_gather_beams_reorder_beams_and_write_step():
     np.testing.assert_array_equal(write_step(alignments, parents, 1, step), want)
 
 
+def test_search_is_decided_compares_the_best_finished_with_the_best_reachable():
+    finished_log_prob, running_log_prob = np.log(0.5) + np.log(0.98), np.log(0.45)  # -0.713, -0.799
+    lp = lambda n: ((5 + n) / 6) ** 2  # noqa: E731
+    log_probs = np.float32([[finished_log_prob, running_log_prob]] * 4)
+    finished = np.array([[True, False], [False, False], [True, True], [True, False]])
+    scores = log_probs.copy()
+    scores[3, 1] = 0.0  # a running beam's current score is not what counts
+    # Without a length penalty a running hypothesis can reach its own log p.
+    np.testing.assert_array_equal(search_is_decided(scores, log_probs, finished, 10, 0.0), [True, False, True, True])
+    # alpha = 2: -0.713 / lp(2) = -0.524 against -0.799 / lp(10) = -0.128.
+    scores = log_probs / np.float32([[lp(2), lp(2)]])
+    np.testing.assert_array_equal(search_is_decided(scores, log_probs, finished, 10, 2.0), [False, False, True, False])
+    # With max_length 2 the running beam cannot grow past lp(2): decided.
+    np.testing.assert_array_equal(search_is_decided(scores, log_probs, finished, 2, 2.0), [True, False, True, True])
+
+
 STEP_FUNCTIONS = [
     keras_attention.decoding.length_penalty,
     keras_attention.decoding.coverage_penalty,
     keras_attention.decoding.extend_hypotheses,
     keras_attention.decoding.candidate_scores,
     keras_attention.decoding.select_candidates,
+    keras_attention.decoding.search_is_decided,
     keras_attention.decoding.beam_rows,
     keras_attention.decoding.gather_beams,
     keras_attention.decoding.reorder_beams,

@@ -345,6 +345,8 @@ def test_tile_batch_repeats_in_place():
         (lambda m: beam_search(m, m.state, 1, END, 3, 2, length_penalty_weight=float("inf")), r"beam_search: `length_penalty_weight` must be a finite number >= 0; got inf"),
         (lambda m: beam_search(m, m.state, 1, END, 3, 2, coverage_penalty_weight=float("nan")), r"beam_search: `coverage_penalty_weight` must be a finite number >= 0; got nan"),
         (lambda m: beam_search(m, m.state, 1, END, 3, 2, coverage_penalty_weight=np.float32("inf")), r"beam_search: `coverage_penalty_weight` must be a finite number >= 0; got np.float32\(inf\)"),
+        (lambda m: beam_search(m, m.state, 1, END, 3, 2, early_stopping="yes"), r"beam_search: `early_stopping` must be True or False; got 'yes'"),
+        (lambda m: beam_search(m, m.state, 1, END, 3, 2, early_stopping=1), r"beam_search: `early_stopping` must be True or False; got 1\."),
         (lambda m: greedy_search(m, m.state, 1, END, 0), r"`max_length` must be a positive integer; got 0"),
         (lambda m: sampling_search(m, m.state, 1, END, 3, temperature=0), r"`temperature` must be a finite number > 0; got 0"),
         (lambda m: sampling_search(m, m.state, 1, END, 3, temperature=float("nan")), r"`temperature` must be a finite number > 0; got nan"),
@@ -379,3 +381,77 @@ def test_beams_beyond_the_valid_hypotheses_are_empty(vocabulary, max_length):
         assert (result["lengths"][example, real:] == 0).all()
         assert (result["ids"][example, real:] == END).all()
         assert (result["alignments"][example, real:] == 0).all()
+
+
+# --------------------------------------------------------------- early stopping
+
+
+@pytest.mark.parametrize("alpha, beta", [(0.0, 0.0), (0.8, 0.0), (0.0, 0.5), (0.6, 0.4)])
+def test_early_stopping_returns_the_full_searchs_best_hypothesis(alpha, beta):
+    saved = 0
+    for seed in range(5):
+        models = []
+        for _ in range(2):  # one model per search: each counts its own steps
+            model = TableModel(np.random.default_rng(seed), batch=3, vocabulary=5, max_time=12, source_lengths=[3, 5, 4])
+            model.table[..., END] += 1.0  # hypotheses end at different times
+            models.append(model)
+        full, early = (
+            {k: v.numpy() for k, v in beam_search(m, m.state, 1, END, 12, 3, alpha, beta, early_stopping=stop).items()}
+            for m, stop in zip(models, (False, True))
+        )
+        for key in ("ids", "scores", "log_probs", "lengths", "alignments"):
+            np.testing.assert_array_equal(early[key][:, 0], full[key][:, 0], err_msg=f"seed {seed} {key}")
+        assert models[1].calls <= models[0].calls
+        saved += models[0].calls - models[1].calls
+    assert saved > 0, "early stopping never stopped a search early: the comparison above tested nothing"
+
+
+def _two_way_model(first_step):
+    """Vocabulary {0: END, 1, 2}: after token 1 the sequence ends (p = 0.98),
+    after token 2 it never does (token 2 again, p = 1 - 2e-9).
+
+    `first_step`: the probabilities of (END, 1, 2) after the start token 1.
+    """
+    model = TableModel(np.random.default_rng(0), batch=1, vocabulary=3, max_time=10)
+    table = np.full((1, 11, 3, 3), np.log(1 / 3), "float32")
+    table[0, 0, 1] = np.log(first_step)
+    table[0, 1:, 1] = np.log([0.98, 0.01, 0.01])
+    table[0, 1:, 2] = np.log([1e-9, 1e-9, 1 - 2e-9])
+    model.table = table
+    return model
+
+
+def test_early_stopping_stops_once_no_running_hypothesis_can_catch_up():
+    # Step 0 keeps (1) and (2); step 1 gives (1, END), log p = log 0.5 +
+    # log 0.98 = -0.713, and (2, 2), log p = log 0.45 = -0.799, which never
+    # ends. Without a length penalty -0.799 can only fall: decided after 2 steps.
+    model = _two_way_model([0.05, 0.5, 0.45])
+    result = {k: v.numpy() for k, v in beam_search(model, model.state, 1, END, 10, 2, early_stopping=True).items()}
+    assert model.calls == 2
+    np.testing.assert_array_equal(result["lengths"], [[2, 2]])
+    np.testing.assert_array_equal(result["ids"][0, 0], [1, END] + [END] * 8)
+    # The running hypothesis comes back as it stands: two tokens, no end token.
+    np.testing.assert_array_equal(result["ids"][0, 1], [2, 2] + [END] * 8)
+    np.testing.assert_allclose(result["scores"][0], [np.log(0.5) + np.log(0.98), np.log(0.45)], rtol=1e-5)
+    full_model = _two_way_model([0.05, 0.5, 0.45])
+    full = {k: v.numpy() for k, v in beam_search(full_model, full_model.state, 1, END, 10, 2).items()}
+    assert full_model.calls == 10
+    np.testing.assert_array_equal(full["lengths"], [[2, 10]])
+    np.testing.assert_array_equal(full["ids"][0, 0], result["ids"][0, 0])
+    np.testing.assert_array_equal(full["scores"][0, 0], result["scores"][0, 0])
+
+
+def test_early_stopping_waits_while_the_length_penalty_leaves_room():
+    # With alpha = 2 the finished (1, END) scores -0.713 / lp(2) = -0.524, and
+    # (2, 2, ...) may still reach -0.799 / lp(10) = -0.128: no stop, rightly,
+    # as the unfinished 10-token hypothesis wins at max_length (-0.128).
+    lp = lambda n: ((5 + n) / 6) ** 2  # noqa: E731
+    finished, running = np.log(0.5) + np.log(0.98), np.log(0.45)
+    assert finished / lp(2) < running / lp(10)
+    model = _two_way_model([0.05, 0.5, 0.45])
+    result = {k: v.numpy() for k, v in beam_search(model, model.state, 1, END, 10, 2, 2.0, early_stopping=True).items()}
+    assert model.calls == 10
+    np.testing.assert_array_equal(result["lengths"], [[10, 2]])
+    np.testing.assert_array_equal(result["ids"][0, 0], [2] * 10)
+    np.testing.assert_allclose(result["scores"][0], [running / lp(10), finished / lp(2)], rtol=1e-5)
+

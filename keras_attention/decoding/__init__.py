@@ -14,6 +14,7 @@ from keras_attention.decoding.beam_search import (
     coverage_penalty,
     extend_hypotheses,
     length_penalty,
+    search_is_decided,
     select_candidates,
 )
 from keras_attention.decoding.beams import beam_rows, gather_beams, gather_tree, reorder_beams, tile_batch, write_step
@@ -31,6 +32,7 @@ __all__ = [
     "length_penalty",
     "reorder_beams",
     "sampling_search",
+    "search_is_decided",
     "select_candidates",
     "tile_batch",
     "write_step",

@@ -6,7 +6,7 @@ made of the functions below, each testable on its own:
 `coverage_penalty` and `candidate_scores` (the GNMT score of each extension),
 `select_candidates` (the best `width` of them), then `write_step`,
 `gather_beams` and `reorder_beams` from `beams` (histories and decoder state
-follow the chosen parents).
+follow the chosen parents). `search_is_decided` is the early-stopping test.
 """
 
 from keras import ops
@@ -21,6 +21,7 @@ __all__ = [
     "coverage_penalty",
     "extend_hypotheses",
     "length_penalty",
+    "search_is_decided",
     "select_candidates",
 ]
 
@@ -203,6 +204,45 @@ def select_candidates(scores, total, finished, lengths, end_token, pad_token):
     }
 
 
+def search_is_decided(scores, log_probs, finished, max_length, length_penalty_weight):
+    """Per example: whether no running hypothesis can still overtake the best finished one.
+
+        decided[b] = any_k finished[b, k]  and
+                     max_{k finished} scores[b, k] >= max_{k running} log_probs[b, k] / lp(max_length)
+
+    The right side bounds every score a running hypothesis can still reach:
+    its log-probability `L <= 0` only falls as tokens are added, it ends with
+    at most `max_length` tokens and `lp(n)` grows with `n`, so
+    `L' / lp(n) <= L / lp(max_length)`; the coverage penalty is `<= 0`. With
+    `alpha = 0` the bound is `L` itself (Wu et al. 2016, arXiv:1609.08144).
+
+    Args:
+        scores: float `(batch, width)`, the beams' scores.
+        log_probs: float `(batch, width)`, their log-probabilities.
+        finished: bool `(batch, width)`.
+        max_length: int, the most tokens a hypothesis can have.
+        length_penalty_weight: `alpha`, a float >= 0.
+
+    Returns:
+        bool `(batch,)`.
+
+    Example:
+
+    ```python
+    keras_attention.decoding.search_is_decided(
+        np.array([[-1.0, -1.2], [-1.0, -1.2]], "float32"),  # scores
+        np.array([[-1.0, -1.2], [-1.0, -0.9]], "float32"),  # log-probabilities
+        np.array([[True, False], [True, False]]), max_length=10, length_penalty_weight=0.0)
+    # [True, False]: -1.2 cannot catch up with -1.0, -0.9 still can
+    ```
+    """
+    finished = ops.convert_to_tensor(finished)
+    reachable = ops.cast(log_probs, "float32") / length_penalty(max_length, length_penalty_weight)
+    best_finished = ops.max(ops.where(finished, ops.cast(scores, "float32"), _loop.NEG_INF), axis=1)
+    best_reachable = ops.max(ops.where(finished, _loop.NEG_INF, reachable), axis=1)
+    return ops.logical_and(ops.any(finished, axis=1), ops.greater_equal(best_finished, best_reachable))
+
+
 def beam_search(
     step_fn,
     initial_state,
@@ -214,6 +254,7 @@ def beam_search(
     coverage_penalty_weight=0.0,
     pad_token=None,
     return_alignments=True,
+    early_stopping=False,
 ):
     """Beam search inside the graph, as `tfa.seq2seq.BeamSearchDecoder` did.
 
@@ -229,7 +270,9 @@ def beam_search(
     source positions that received attention, which leaves padding out). The
     first step expands beam 0 only; a finished hypothesis continues with the
     end token at no cost, so it keeps its score and length. The loop stops
-    after `max_length` steps or when every beam has finished.
+    after `max_length` steps, when every beam has finished or, with
+    `early_stopping`, as soon as no running hypothesis can still beat the
+    best finished one.
 
     `step_fn(ids, state) -> (logits, state)` or `(logits, state, alignment)`
     is called on `batch * beam_width` rows: `initial_state` (batch rows) is
@@ -250,6 +293,17 @@ def beam_search(
         return_alignments: keep the alignment history the step returns
             (False: no `(batch, beam, max_length, source)` buffer is carried;
             the coverage penalty still reads each step's alignment).
+        early_stopping: stop once, for every example, the best finished
+            hypothesis scores at least `max_k L_k / lp(max_length)` over its
+            running hypotheses `k` (`L_k` their log-probabilities; `L_k`
+            itself when `alpha = 0`): a running hypothesis' log-probability
+            only falls, `lp` grows with the length and `cp <= 0`, so none can
+            score higher later (`search_is_decided`). The top hypothesis is
+            exactly the one the full search returns (barring exact ties);
+            lower beams may be cut short: the ones still running are returned
+            as they stand, without an end token and with `lengths` counting
+            their tokens so far, as at `max_length`. False (default): run
+            until every beam has ended or `max_length`.
 
     Returns:
         A dict, beams sorted best first: `ids (batch, beam, max_length)`,
@@ -269,6 +323,7 @@ def beam_search(
         "beam_search", "coverage_penalty_weight", coverage_penalty_weight, minimum=0
     )
     end_token, pad_token = _loop.check_tokens(end_token, pad_token)
+    early_stopping = _loop.check_flag("beam_search", "early_stopping", early_stopping)
     width = beam_width
     batch = _loop.batch_size_of(start_tokens, initial_state)
     first_ids = ops.repeat(_loop.start_ids(start_tokens, batch), width, axis=0)
@@ -325,7 +380,13 @@ def beam_search(
     next_ids, state, beams = advance(0, logits, alignment, state, beams)
 
     def cond(time, next_ids, state, beams):
-        return ops.logical_and(ops.less(time, max_length), ops.logical_not(ops.all(beams["finished"])))
+        going = ops.logical_and(ops.less(time, max_length), ops.logical_not(ops.all(beams["finished"])))
+        if not early_stopping:
+            return going
+        decided = search_is_decided(
+            beams["scores"], beams["log_probs"], beams["finished"], max_length, length_penalty_weight
+        )
+        return ops.logical_and(going, ops.logical_not(ops.all(decided)))
 
     def body(time, next_ids, state, beams):
         logits, state, alignment = _loop.call_step(step_fn, next_ids, state)
