@@ -2,10 +2,12 @@
 
 import itertools
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import keras_attention as ka
 from keras_attention.decoding import (
     beam_search,
     gather_tree,
@@ -14,6 +16,7 @@ from keras_attention.decoding import (
     sampling_search,
     tile_batch,
 )
+from tests.export_check import assert_export_parity
 
 END = 0
 
@@ -455,3 +458,56 @@ def test_early_stopping_waits_while_the_length_penalty_leaves_room():
     np.testing.assert_array_equal(result["ids"][0, 0], [2] * 10)
     np.testing.assert_allclose(result["scores"][0], [running / lp(10), finished / lp(2)], rtol=1e-5)
 
+
+def _early_stopping_decoders():
+    """Two beam decoders sharing their layers, with and without early stopping.
+
+    A bias towards END makes the best hypotheses end after 1 to 5 tokens
+    while others run on: early stopping ends the search after 9 of 12 steps.
+    """
+    rng = np.random.default_rng(2)
+    source = keras.Input((None,), dtype="int32", name="source")
+    memory = keras.layers.Embedding(9, 6, mask_zero=True)(source)
+    cell = ka.AttentionGRUCell(8, ka.AdditiveAttention(4))
+    embedding, output_layer = keras.layers.Embedding(9, 4), keras.layers.Dense(9)
+    options = dict(method="beam", beam_width=3, length_penalty_weight=0.6, coverage_penalty_weight=0.2)
+    early = keras.Model(source, ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, 12, early_stopping=True, **options)(memory))
+    full = keras.Model(source, ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, 12, **options)(memory))
+    for weight in output_layer.weights + cell.weights + embedding.weights + early.layers[1].weights:
+        weight.assign(rng.normal(size=weight.shape).astype("float32"))
+    output_layer.bias.assign(output_layer.bias.numpy() + 2.0 * np.eye(9, dtype="float32")[2])
+    sources = rng.integers(3, 9, size=(4, 5)).astype("int32")
+    sources[1, 3:] = 0
+    return early, full, sources
+
+
+def test_inference_decoder_with_early_stopping_exports_with_parity(tmp_path):
+    early, full, sources = _early_stopping_decoders()
+    want = {k: np.asarray(v) for k, v in full(sources).items()}
+    got = {k: np.asarray(v) for k, v in early(sources).items()}
+    for key in want:
+        np.testing.assert_array_equal(got[key][:, 0], want[key][:, 0], err_msg=key)
+    # The search stopped before the full one: its longest beam is shorter.
+    assert got["lengths"].max() < want["lengths"].max()
+    assert_export_parity(early, [{"source": sources}, {"source": sources[:1, :3]}], tmp_path, atol=1e-5)
+
+
+def test_inference_decoder_keeps_and_checks_early_stopping():
+    decoder = ka.InferenceDecoder(
+        ka.AttentionGRUCell(4, ka.DotAttention()), keras.layers.Embedding(5, 3), keras.layers.Dense(5), 1, 2, 4,
+        method="beam", early_stopping=np.True_,
+    )
+    assert decoder.early_stopping is True and decoder.get_config()["early_stopping"] is True
+    assert ka.InferenceDecoder.from_config(decoder.get_config()).early_stopping is True
+    config = decoder.get_config()
+    config["early_stopping"] = "no"
+    # Keras's from_config re-raises a constructor's error as a TypeError
+    # that quotes it.
+    message = r"InferenceDecoder: `early_stopping` must be True or False; got 'no'"
+    with pytest.raises((ValueError, TypeError), match=message):
+        ka.InferenceDecoder.from_config(config)
+    with pytest.raises(ValueError, match=r"InferenceDecoder: `early_stopping` must be True or False; got None"):
+        ka.InferenceDecoder(
+            ka.AttentionGRUCell(4, ka.DotAttention()), keras.layers.Embedding(5, 3), keras.layers.Dense(5), 1, 2, 4,
+            early_stopping=None,
+        )

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_attention.cells.base import AttentionMemory, attention_cell
-from keras_attention.decoding import beam_search, greedy_search, sampling_search, tile_batch
+from keras_attention.decoding import _loop, beam_search, greedy_search, sampling_search, tile_batch
 from keras_attention.layers import _checks
 
 __all__ = ["InferenceDecoder"]
@@ -27,6 +27,7 @@ def _beam(decoder, step, initial_state, common):
         beam_width=decoder.beam_width,
         length_penalty_weight=decoder.length_penalty_weight,
         coverage_penalty_weight=decoder.coverage_penalty_weight,
+        early_stopping=decoder.early_stopping,
         **common,
     )
 
@@ -86,6 +87,12 @@ class InferenceDecoder(keras.layers.Layer):
         start_token, end_token: ids; `max_length`: the most tokens produced.
         method: "greedy", "sample" or "beam".
         beam_width, length_penalty_weight, coverage_penalty_weight: beam search.
+        early_stopping: beam search stops once, for every example, the best
+            finished hypothesis scores at least `L / lp(max_length)` for
+            every running hypothesis of log-probability `L` (`L` itself
+            without a length penalty), the most it could still reach. The
+            best beam is the full search's; lower beams may be cut short
+            (returned unfinished, as at `max_length`). See `beam_search`.
         temperature, top_k, seed: sampling.
         output_uses_inputs: feed `[o_t ; x_t]` to `output_layer`.
         return_alignments: keep and return the alignment history. Off, the
@@ -120,6 +127,7 @@ class InferenceDecoder(keras.layers.Layer):
         seed=None,
         output_uses_inputs=False,
         return_alignments=True,
+        early_stopping=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -136,6 +144,7 @@ class InferenceDecoder(keras.layers.Layer):
         )
         self.temperature = _checks.check_number(self, "temperature", temperature, minimum=0, strict=True)
         self.top_k = _checks.check_positive_int(self, "top_k", top_k, allow_none=True)
+        self.early_stopping = _loop.check_flag(type(self).__name__, "early_stopping", early_stopping)
         self.cell = attention_cell(self, cell)
         self.embedding = _layer(self, "embedding", embedding)
         self.output_layer = _layer(self, "output_layer", output_layer)
@@ -223,6 +232,7 @@ class InferenceDecoder(keras.layers.Layer):
                 "seed": self.seed,
                 "output_uses_inputs": self.output_uses_inputs,
                 "return_alignments": self.return_alignments,
+                "early_stopping": self.early_stopping,
             }
         )
         return config
