@@ -2,10 +2,12 @@
 
 import itertools
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import keras_attention as ka
 from keras_attention.decoding import (
     beam_search,
     gather_tree,
@@ -14,6 +16,7 @@ from keras_attention.decoding import (
     sampling_search,
     tile_batch,
 )
+from tests.export_check import assert_export_parity
 
 END = 0
 
@@ -362,6 +365,14 @@ def test_tile_batch_repeats_in_place():
             lambda m: beam_search(m, m.state, 1, END, 3, 2, coverage_penalty_weight=np.float32("inf")),
             r"beam_search: `coverage_penalty_weight` must be a finite number >= 0; got np.float32\(inf\)",
         ),
+        (
+            lambda m: beam_search(m, m.state, 1, END, 3, 2, early_stopping="yes"),
+            r"beam_search: `early_stopping` must be True or False; got 'yes'",
+        ),
+        (
+            lambda m: beam_search(m, m.state, 1, END, 3, 2, early_stopping=1),
+            r"beam_search: `early_stopping` must be True or False; got 1\.",
+        ),
         (lambda m: greedy_search(m, m.state, 1, END, 0), r"`max_length` must be a positive integer; got 0"),
         (
             lambda m: sampling_search(m, m.state, 1, END, 3, temperature=0),
@@ -411,3 +422,145 @@ def test_beams_beyond_the_valid_hypotheses_are_empty(vocabulary, max_length):
         assert (result["lengths"][example, real:] == 0).all()
         assert (result["ids"][example, real:] == END).all()
         assert (result["alignments"][example, real:] == 0).all()
+
+
+# --------------------------------------------------------------- early stopping
+
+
+@pytest.mark.parametrize("alpha, beta", [(0.0, 0.0), (0.8, 0.0), (0.0, 0.5), (0.6, 0.4)])
+def test_early_stopping_returns_the_full_searchs_best_hypothesis(alpha, beta):
+    saved = 0
+    for seed in range(5):
+        models = []
+        for _ in range(2):  # one model per search: each counts its own steps
+            model = TableModel(
+                np.random.default_rng(seed), batch=3, vocabulary=5, max_time=12, source_lengths=[3, 5, 4]
+            )
+            model.table[..., END] += 1.0  # hypotheses end at different times
+            models.append(model)
+        full, early = (
+            {k: v.numpy() for k, v in beam_search(m, m.state, 1, END, 12, 3, alpha, beta, early_stopping=stop).items()}
+            for m, stop in zip(models, (False, True))
+        )
+        for key in ("ids", "scores", "log_probs", "lengths", "alignments"):
+            np.testing.assert_array_equal(early[key][:, 0], full[key][:, 0], err_msg=f"seed {seed} {key}")
+        assert models[1].calls <= models[0].calls
+        saved += models[0].calls - models[1].calls
+    assert saved > 0, "early stopping never stopped a search early: the comparison above tested nothing"
+
+
+def _two_way_model(first_step):
+    """Vocabulary {0: END, 1, 2}: after token 1 the sequence ends (p = 0.98),
+    after token 2 it never does (token 2 again, p = 1 - 2e-9).
+
+    `first_step`: the probabilities of (END, 1, 2) after the start token 1.
+    """
+    model = TableModel(np.random.default_rng(0), batch=1, vocabulary=3, max_time=10)
+    table = np.full((1, 11, 3, 3), np.log(1 / 3), "float32")
+    table[0, 0, 1] = np.log(first_step)
+    table[0, 1:, 1] = np.log([0.98, 0.01, 0.01])
+    table[0, 1:, 2] = np.log([1e-9, 1e-9, 1 - 2e-9])
+    model.table = table
+    return model
+
+
+def test_early_stopping_stops_once_no_running_hypothesis_can_catch_up():
+    # Step 0 keeps (1) and (2); step 1 gives (1, END), log p = log 0.5 +
+    # log 0.98 = -0.713, and (2, 2), log p = log 0.45 = -0.799, which never
+    # ends. Without a length penalty -0.799 can only fall: decided after 2 steps.
+    model = _two_way_model([0.05, 0.5, 0.45])
+    result = {k: v.numpy() for k, v in beam_search(model, model.state, 1, END, 10, 2, early_stopping=True).items()}
+    assert model.calls == 2
+    np.testing.assert_array_equal(result["lengths"], [[2, 2]])
+    np.testing.assert_array_equal(result["ids"][0, 0], [1, END] + [END] * 8)
+    # The running hypothesis comes back as it stands: two tokens, no end token.
+    np.testing.assert_array_equal(result["ids"][0, 1], [2, 2] + [END] * 8)
+    np.testing.assert_allclose(result["scores"][0], [np.log(0.5) + np.log(0.98), np.log(0.45)], rtol=1e-5)
+    full_model = _two_way_model([0.05, 0.5, 0.45])
+    full = {k: v.numpy() for k, v in beam_search(full_model, full_model.state, 1, END, 10, 2).items()}
+    assert full_model.calls == 10
+    np.testing.assert_array_equal(full["lengths"], [[2, 10]])
+    np.testing.assert_array_equal(full["ids"][0, 0], result["ids"][0, 0])
+    np.testing.assert_array_equal(full["scores"][0, 0], result["scores"][0, 0])
+
+
+def test_early_stopping_waits_while_the_length_penalty_leaves_room():
+    # With alpha = 2 the finished (1, END) scores -0.713 / lp(2) = -0.524, and
+    # (2, 2, ...) may still reach -0.799 / lp(10) = -0.128: no stop, rightly,
+    # as the unfinished 10-token hypothesis wins at max_length (-0.128).
+    lp = lambda n: ((5 + n) / 6) ** 2  # noqa: E731
+    finished, running = np.log(0.5) + np.log(0.98), np.log(0.45)
+    assert finished / lp(2) < running / lp(10)
+    model = _two_way_model([0.05, 0.5, 0.45])
+    result = {k: v.numpy() for k, v in beam_search(model, model.state, 1, END, 10, 2, 2.0, early_stopping=True).items()}
+    assert model.calls == 10
+    np.testing.assert_array_equal(result["lengths"], [[10, 2]])
+    np.testing.assert_array_equal(result["ids"][0, 0], [2] * 10)
+    np.testing.assert_allclose(result["scores"][0], [running / lp(10), finished / lp(2)], rtol=1e-5)
+
+
+def _early_stopping_decoders():
+    """Two beam decoders sharing their layers, with and without early stopping.
+
+    A bias towards END makes the best hypotheses end after 1 to 5 tokens
+    while others run on: early stopping ends the search after 9 of 12 steps.
+    """
+    rng = np.random.default_rng(2)
+    source = keras.Input((None,), dtype="int32", name="source")
+    memory = keras.layers.Embedding(9, 6, mask_zero=True)(source)
+    cell = ka.AttentionGRUCell(8, ka.AdditiveAttention(4))
+    embedding, output_layer = keras.layers.Embedding(9, 4), keras.layers.Dense(9)
+    options = dict(method="beam", beam_width=3, length_penalty_weight=0.6, coverage_penalty_weight=0.2)
+    early = keras.Model(
+        source, ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, 12, early_stopping=True, **options)(memory)
+    )
+    full = keras.Model(source, ka.InferenceDecoder(cell, embedding, output_layer, 1, 2, 12, **options)(memory))
+    for weight in output_layer.weights + cell.weights + embedding.weights + early.layers[1].weights:
+        weight.assign(rng.normal(size=weight.shape).astype("float32"))
+    output_layer.bias.assign(output_layer.bias.numpy() + 2.0 * np.eye(9, dtype="float32")[2])
+    sources = rng.integers(3, 9, size=(4, 5)).astype("int32")
+    sources[1, 3:] = 0
+    return early, full, sources
+
+
+def test_inference_decoder_with_early_stopping_exports_with_parity(tmp_path):
+    early, full, sources = _early_stopping_decoders()
+    want = {k: np.asarray(v) for k, v in full(sources).items()}
+    got = {k: np.asarray(v) for k, v in early(sources).items()}
+    for key in want:
+        np.testing.assert_array_equal(got[key][:, 0], want[key][:, 0], err_msg=key)
+    # The search stopped before the full one: its longest beam is shorter.
+    assert got["lengths"].max() < want["lengths"].max()
+    assert_export_parity(early, [{"source": sources}, {"source": sources[:1, :3]}], tmp_path, atol=1e-5)
+
+
+def test_inference_decoder_keeps_and_checks_early_stopping():
+    decoder = ka.InferenceDecoder(
+        ka.AttentionGRUCell(4, ka.DotAttention()),
+        keras.layers.Embedding(5, 3),
+        keras.layers.Dense(5),
+        1,
+        2,
+        4,
+        method="beam",
+        early_stopping=np.True_,
+    )
+    assert decoder.early_stopping is True and decoder.get_config()["early_stopping"] is True
+    assert ka.InferenceDecoder.from_config(decoder.get_config()).early_stopping is True
+    config = decoder.get_config()
+    config["early_stopping"] = "no"
+    # Keras's from_config re-raises a constructor's error as a TypeError
+    # that quotes it.
+    message = r"InferenceDecoder: `early_stopping` must be True or False; got 'no'"
+    with pytest.raises((ValueError, TypeError), match=message):
+        ka.InferenceDecoder.from_config(config)
+    with pytest.raises(ValueError, match=r"InferenceDecoder: `early_stopping` must be True or False; got None"):
+        ka.InferenceDecoder(
+            ka.AttentionGRUCell(4, ka.DotAttention()),
+            keras.layers.Embedding(5, 3),
+            keras.layers.Dense(5),
+            1,
+            2,
+            4,
+            early_stopping=None,
+        )

@@ -4,12 +4,38 @@ import keras
 from keras import ops
 
 from keras_attention.cells.base import AttentionMemory, attention_cell
-from keras_attention.decoding import beam_search, greedy_search, sampling_search, tile_batch
+from keras_attention.decoding import _loop, beam_search, greedy_search, sampling_search, tile_batch
 from keras_attention.layers import _checks
 
 __all__ = ["InferenceDecoder"]
 
-_METHODS = ("greedy", "sample", "beam")
+
+def _greedy(decoder, step, initial_state, common):
+    return greedy_search(step, initial_state, **common)
+
+
+def _sample(decoder, step, initial_state, common):
+    return sampling_search(
+        step, initial_state, temperature=decoder.temperature, top_k=decoder.top_k, seed=decoder.seed_generator, **common
+    )
+
+
+def _beam(decoder, step, initial_state, common):
+    return beam_search(
+        step,
+        initial_state,
+        beam_width=decoder.beam_width,
+        length_penalty_weight=decoder.length_penalty_weight,
+        coverage_penalty_weight=decoder.coverage_penalty_weight,
+        early_stopping=decoder.early_stopping,
+        **common,
+    )
+
+
+# A table rather than a chain of ifs: a method is one entry, its search with
+# the options it reads, and the valid names come from the same table.
+_SEARCHES = {"greedy": _greedy, "sample": _sample, "beam": _beam}
+_METHODS = tuple(_SEARCHES)
 
 
 def _layer(owner, argument, layer):
@@ -61,6 +87,12 @@ class InferenceDecoder(keras.layers.Layer):
         start_token, end_token: ids; `max_length`: the most tokens produced.
         method: "greedy", "sample" or "beam".
         beam_width, length_penalty_weight, coverage_penalty_weight: beam search.
+        early_stopping: beam search stops once, for every example, the best
+            finished hypothesis scores at least `L / lp(max_length)` for
+            every running hypothesis of log-probability `L` (`L` itself
+            without a length penalty), the most it could still reach. The
+            best beam is the full search's; lower beams may be cut short
+            (returned unfinished, as at `max_length`). See `beam_search`.
         temperature, top_k, seed: sampling.
         output_uses_inputs: feed `[o_t ; x_t]` to `output_layer`.
         return_alignments: keep and return the alignment history. Off, the
@@ -95,6 +127,7 @@ class InferenceDecoder(keras.layers.Layer):
         seed=None,
         output_uses_inputs=False,
         return_alignments=True,
+        early_stopping=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -105,12 +138,15 @@ class InferenceDecoder(keras.layers.Layer):
         self.end_token = _checks.check_int(self, "end_token", end_token, 0, "an integer id")
         self.max_length = _checks.check_positive_int(self, "max_length", max_length)
         self.beam_width = _checks.check_positive_int(self, "beam_width", beam_width)
-        self.length_penalty_weight = _checks.check_number(self, "length_penalty_weight", length_penalty_weight, minimum=0)
+        self.length_penalty_weight = _checks.check_number(
+            self, "length_penalty_weight", length_penalty_weight, minimum=0
+        )
         self.coverage_penalty_weight = _checks.check_number(
             self, "coverage_penalty_weight", coverage_penalty_weight, minimum=0
         )
         self.temperature = _checks.check_number(self, "temperature", temperature, minimum=0, strict=True)
         self.top_k = _checks.check_positive_int(self, "top_k", top_k, allow_none=True)
+        self.early_stopping = _loop.check_flag(type(self).__name__, "early_stopping", early_stopping)
         self.cell = attention_cell(self, cell)
         self.embedding = _layer(self, "embedding", embedding)
         self.output_layer = _layer(self, "output_layer", output_layer)
@@ -150,7 +186,9 @@ class InferenceDecoder(keras.layers.Layer):
             # were trained on.
             inputs = ops.squeeze(self.embedding(ops.expand_dims(ids, 1)), 1)
             output, states, alignment = self.cell.step(inputs, list(states), prepared)
-            readout = ops.concatenate([output, ops.cast(inputs, output.dtype)], -1) if self.output_uses_inputs else output
+            readout = (
+                ops.concatenate([output, ops.cast(inputs, output.dtype)], -1) if self.output_uses_inputs else output
+            )
             logits = ops.squeeze(self.output_layer(ops.expand_dims(readout, 1)), 1)
             return logits, states, alignment
 
@@ -160,20 +198,7 @@ class InferenceDecoder(keras.layers.Layer):
             max_length=self.max_length,
             return_alignments=self.return_alignments,
         )
-        if self.method == "greedy":
-            return greedy_search(step, initial_state, **common)
-        if self.method == "sample":
-            return sampling_search(
-                step, initial_state, temperature=self.temperature, top_k=self.top_k, seed=self.seed_generator, **common
-            )
-        return beam_search(
-            step,
-            initial_state,
-            beam_width=self.beam_width,
-            length_penalty_weight=self.length_penalty_weight,
-            coverage_penalty_weight=self.coverage_penalty_weight,
-            **common,
-        )
+        return _SEARCHES[self.method](self, step, initial_state, common)
 
     def compute_mask(self, memory, previous_mask=None):
         return None
@@ -211,6 +236,7 @@ class InferenceDecoder(keras.layers.Layer):
                 "seed": self.seed,
                 "output_uses_inputs": self.output_uses_inputs,
                 "return_alignments": self.return_alignments,
+                "early_stopping": self.early_stopping,
             }
         )
         return config

@@ -2,17 +2,38 @@
 
 Greedy search, sampling and beam search run inside `keras.ops.while_loop`, so
 they compile with XLA and export, loop included, to SavedModel and ONNX.
+Beam search's step is built from functions exported here too
+(`extend_hypotheses`, `coverage_penalty`, `candidate_scores`,
+`select_candidates`, `gather_beams`, `reorder_beams`, `write_step`), for a
+search of one's own.
 """
 
-from keras_attention.decoding.beam_search import beam_search, length_penalty
-from keras_attention.decoding.beams import gather_tree, tile_batch
+from keras_attention.decoding.beam_search import (
+    beam_search,
+    candidate_scores,
+    coverage_penalty,
+    extend_hypotheses,
+    length_penalty,
+    search_is_decided,
+    select_candidates,
+)
+from keras_attention.decoding.beams import beam_rows, gather_beams, gather_tree, reorder_beams, tile_batch, write_step
 from keras_attention.decoding.greedy import greedy_search, sampling_search
 
 __all__ = [
+    "beam_rows",
     "beam_search",
+    "candidate_scores",
+    "coverage_penalty",
+    "extend_hypotheses",
+    "gather_beams",
     "gather_tree",
     "greedy_search",
     "length_penalty",
+    "reorder_beams",
     "sampling_search",
+    "search_is_decided",
+    "select_candidates",
     "tile_batch",
+    "write_step",
 ]

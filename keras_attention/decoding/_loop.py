@@ -4,6 +4,11 @@ The decoders are written for export: the loop is `keras.ops.while_loop`
 (ONNX Loop), per-step results go into preallocated buffers through masked
 `where` writes (`slice_update` does not convert to ONNX), and token choices use
 `top_k` (`argmax` does not convert either).
+
+A buffer a decoder does not need (alignments the caller turned off, coverage
+that is not penalised) is the empty tuple `ABSENT` in the loop variables:
+`while_loop` takes nested structures and an empty one carries nothing, so the
+loop variables keep one layout whatever is carried.
 """
 
 import keras
@@ -13,6 +18,12 @@ from keras import ops
 from keras_attention.layers import _checks
 
 NEG_INF = float(np.finfo("float32").min) / 2  # finite: survives sums without overflow
+ABSENT = ()
+
+
+def is_carried(value):
+    """False for the `ABSENT` placeholder, True for a tensor."""
+    return not (isinstance(value, tuple) and not value)
 
 
 def call_step(step_fn, ids, state):
@@ -28,8 +39,7 @@ def call_step(step_fn, ids, state):
     alignment = result[2] if len(result) == 3 else None
     if len(logits.shape) != 2:
         raise ValueError(
-            "decoding: `step_fn` must return logits of shape (batch, vocabulary); "
-            f"got shape {tuple(logits.shape)}."
+            f"decoding: `step_fn` must return logits of shape (batch, vocabulary); got shape {tuple(logits.shape)}."
         )
     return logits, new_state, alignment
 
@@ -80,3 +90,10 @@ def check_tokens(end_token, pad_token):
 
 def check_max_length(max_length):
     return _checks.check_positive_int("decoding", "max_length", max_length)
+
+
+def check_flag(owner, argument, value):
+    """`value` as a Python bool; `owner` is the name of the layer or function."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{owner}: `{argument}` must be True or False; got {value!r}.")

@@ -1,11 +1,18 @@
-"""Beam bookkeeping in plain ops: `tile_batch` and `gather_tree` (tfa.seq2seq names)."""
+"""Beam bookkeeping in plain ops.
+
+`tile_batch` and `gather_tree` keep tfa.seq2seq's names; `gather_beams`,
+`reorder_beams` and `write_step` move a beam search's per-hypothesis tensors
+after each step's selection, with `take` and masked `where` writes (ONNX
+converts both).
+"""
 
 import keras
 from keras import ops
 
+from keras_attention.decoding import _loop
 from keras_attention.layers import _checks
 
-__all__ = ["gather_tree", "tile_batch"]
+__all__ = ["beam_rows", "gather_beams", "gather_tree", "reorder_beams", "tile_batch", "write_step"]
 
 
 def tile_batch(tensors, multiplier):
@@ -50,8 +57,7 @@ def gather_tree(step_ids, parent_ids, max_sequence_lengths, end_token):
     for name, tensor in (("step_ids", step_ids), ("parent_ids", parent_ids)):
         if len(tensor.shape) != 3:
             raise ValueError(
-                f"gather_tree: `{name}` must have shape (max_time, batch, beam); "
-                f"got shape {tuple(tensor.shape)}."
+                f"gather_tree: `{name}` must have shape (max_time, batch, beam); got shape {tuple(tensor.shape)}."
             )
     max_sequence_lengths = ops.cast(max_sequence_lengths, "int32")
     max_time, batch, beam = ops.shape(step_ids)[0], ops.shape(step_ids)[1], ops.shape(step_ids)[2]
@@ -81,3 +87,103 @@ def gather_tree(step_ids, parent_ids, max_sequence_lengths, end_token):
     is_end = ops.cast(ops.equal(output, end), "int32")
     ends_before = ops.cumsum(is_end, axis=0) - is_end
     return ops.where(ops.greater(ends_before, 0), end, output)
+
+
+def beam_rows(parents):
+    """Flat row of each chosen parent: `rows[b * width + k] = b * width + parents[b, k]`.
+
+    A beam search runs its step function on `batch * width` rows, row
+    `b * width + k` holding beam `k` of example `b` (the `tile_batch` order).
+
+    Args:
+        parents: int `(batch, width)`, beam indices in `[0, width)`.
+
+    Returns:
+        int32 `(batch * width,)`.
+
+    Example:
+
+    ```python
+    keras_attention.decoding.beam_rows(np.array([[1, 1], [0, 1]], "int32"))  # [1, 1, 2, 3]
+    ```
+    """
+    parents = ops.cast(parents, "int32")
+    batch, width = ops.shape(parents)[0], ops.shape(parents)[1]
+    offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * width, 1)
+    return ops.reshape(offsets + parents, (-1,))
+
+
+def gather_beams(tensor, parents):
+    """`out[b, k, ...] = tensor[b, parents[b, k], ...]`: each new beam takes its parent's row.
+
+    Args:
+        tensor: `(batch, width, ...)`.
+        parents: int `(batch, width)`, beam indices in `[0, width)`.
+
+    Returns:
+        `(batch, width, ...)`, the dtype of `tensor`.
+
+    Example:
+
+    ```python
+    keras_attention.decoding.gather_beams(np.array([[10, 11], [20, 21]]), np.array([[1, 1], [0, 1]], "int32"))
+    # [[11, 11], [20, 21]]
+    ```
+    """
+    shape = ops.shape(tensor)
+    # The row count from `parents`, not from `tensor`'s own dimensions:
+    # tf2onnx rewrites a reshape to its input's merged dimensions as one with
+    # a -1, which ONNX cannot infer from an empty tensor (a source of length 0).
+    rows = ops.shape(parents)[0] * ops.shape(parents)[1]
+    flat = ops.reshape(tensor, (rows, *shape[2:]))
+    return ops.reshape(ops.take(flat, beam_rows(parents), axis=0), shape)
+
+
+def reorder_beams(state, parents):
+    """Every tensor of a flat-row nest follows its hypothesis: `gather_beams` on `(batch * width, ...)` rows.
+
+    `out[b * width + k] = state[b * width + parents[b, k]]` for every tensor of
+    `state`, the decoder state the step function reads.
+
+    Args:
+        state: a nest of tensors of shape `(batch * width, ...)`.
+        parents: int `(batch, width)`.
+
+    Returns:
+        The same nest, rows reordered.
+
+    Example:
+
+    ```python
+    keras_attention.decoding.reorder_beams({"h": np.array([[0.0], [1.0], [2.0], [3.0]])}, np.array([[1, 1], [0, 1]], "int32"))
+    # {"h": [[1.0], [1.0], [2.0], [3.0]]}
+    ```
+    """
+    rows = beam_rows(parents)
+    return keras.tree.map_structure(lambda s: ops.take(s, rows, axis=0), state)
+
+
+def write_step(history, parents, time, values):
+    """A per-beam history after a step: `gather_beams(history, parents)`, then `[:, :, time] = values`.
+
+    The history of each new beam is its parent's, with this step's values
+    written at `time` (a masked `where`, as `slice_update` does not convert
+    to ONNX).
+
+    Args:
+        history: `(batch, width, max_length, ...)`, e.g. ids or alignments.
+        parents: int `(batch, width)`.
+        time: int scalar, the step written.
+        values: `(batch, width, ...)`, already in the new beams' order.
+
+    Returns:
+        `(batch, width, max_length, ...)`.
+
+    Example:
+
+    ```python
+    keras_attention.decoding.write_step(np.array([[[1, 0], [2, 0]]]), np.array([[1, 1]], "int32"), 1, np.array([[7, 8]]))
+    # [[[2, 7], [2, 8]]]
+    ```
+    """
+    return _loop.write_at(gather_beams(history, parents), time, values, time_axis=2)

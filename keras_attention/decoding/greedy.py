@@ -10,7 +10,9 @@ from keras_attention.layers import _checks
 __all__ = ["greedy_search", "sampling_search"]
 
 
-def _single_path_search(step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token, return_alignments):
+def _single_path_search(
+    step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token, return_alignments
+):
     max_length = _loop.check_max_length(max_length)
     end_token, pad_token = _loop.check_tokens(end_token, pad_token)
     batch = _loop.batch_size_of(start_tokens, initial_state)
@@ -24,7 +26,7 @@ def _single_path_search(step_fn, initial_state, start_tokens, end_token, max_len
         scores = scores + ops.where(running, token_log_prob, 0.0)
         lengths = lengths + ops.cast(running, "int32")
         out_ids = _loop.write_at(out_ids, time, token, time_axis=1)
-        if alignments is not None:
+        if _loop.is_carried(alignments):
             alignment = ops.where(ops.expand_dims(running, 1), ops.cast(alignment, "float32"), 0.0)
             alignments = _loop.write_at(alignments, time, alignment, time_axis=1)
         finished = ops.logical_or(finished, ops.equal(token, end_token))
@@ -33,12 +35,10 @@ def _single_path_search(step_fn, initial_state, start_tokens, end_token, max_len
     # The first step runs outside the loop: it tells the alignment length
     # (the memory length), which the alignment buffer must be allocated with.
     logits, state, alignment = _loop.call_step(step_fn, first_ids, initial_state)
-    if not return_alignments:
-        alignment = None
-    alignments = None
-    if alignment is not None:
+    alignments = _loop.ABSENT
+    if alignment is not None and return_alignments:
         alignments = ops.zeros((batch, max_length, ops.shape(alignment)[-1]), "float32")
-    token, finished, scores, lengths, out_ids, alignments = advance(
+    token, *carried = advance(
         0,
         logits,
         alignment,
@@ -52,22 +52,16 @@ def _single_path_search(step_fn, initial_state, start_tokens, end_token, max_len
     def cond(time, token, state, finished, *unused):
         return ops.logical_and(ops.less(time, max_length), ops.logical_not(ops.all(finished)))
 
-    def body(time, token, state, finished, scores, lengths, out_ids, *maybe_alignments):
+    def body(time, token, state, *carried):
         logits, state, alignment = _loop.call_step(step_fn, token, state)
-        alignment = alignment if maybe_alignments else None
-        alignments = maybe_alignments[0] if maybe_alignments else None
-        token, finished, scores, lengths, out_ids, alignments = advance(
-            time, logits, alignment, finished, scores, lengths, out_ids, alignments
-        )
-        extra = (alignments,) if alignments is not None else ()
-        return (time + 1, token, state, finished, scores, lengths, out_ids, *extra)
+        token, *carried = advance(time, logits, alignment, *carried)
+        return (time + 1, token, state, *carried)
 
-    extra = (alignments,) if alignments is not None else ()
-    loop_vars = (ops.convert_to_tensor(1, "int32"), token, state, finished, scores, lengths, out_ids, *extra)
-    _, _, _, _, scores, lengths, out_ids, *extra = ops.while_loop(cond, body, loop_vars)
+    loop_vars = (ops.convert_to_tensor(1, "int32"), token, state, *carried)
+    _, _, _, _, scores, lengths, out_ids, alignments = ops.while_loop(cond, body, loop_vars)
     result = {"ids": out_ids, "scores": scores, "lengths": lengths}
-    if extra:
-        result["alignments"] = extra[0]
+    if _loop.is_carried(alignments):
+        result["alignments"] = alignments
     return result
 
 
