@@ -16,6 +16,20 @@ def _met(value, target, higher=True):
     return "met" if ok else "**missed**"
 
 
+def _mha_rows(entries):
+    """Rows of an MHA comparison: T, B, our and Keras's fwd+bwd medians, the ratio."""
+    return [
+        [
+            r["T"],
+            r["B"],
+            r["fwd_bwd_ms"]["keras_attention"]["median_ms"],
+            r["fwd_bwd_ms"]["keras"]["median_ms"],
+            _fmt(r["speedup_vs_keras"], 2) + "x",
+        ]
+        for r in entries
+    ]
+
+
 def _table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
@@ -182,16 +196,7 @@ def markdown(results):
             f"B*T = {cfg['tokens']} tokens; {s['method']}.",
             "",
         ]
-        rows = [
-            [
-                r["T"],
-                r["B"],
-                r["fwd_bwd_ms"]["keras_attention"]["median_ms"],
-                r["fwd_bwd_ms"]["keras"]["median_ms"],
-                _fmt(r["speedup_vs_keras"], 2) + "x",
-            ]
-            for r in s["mha"]
-        ]
+        rows = _mha_rows(s["mha"])
         out += [_table(["T", "B", "keras-attention ms", "keras.layers.MultiHeadAttention ms", "speedup"], rows), ""]
         f = s["scaled_dot_flops"]
         out += [
@@ -342,16 +347,7 @@ def markdown(results):
             out += [f"Device: {s['device']}.", ""]
             rows = [[k, v["median_ms"]] for k, v in s["decoder_step_ms"].items()]
             out += [_table(["decoder train step", "median ms"], rows), ""]
-            rows = [
-                [
-                    r["T"],
-                    r["B"],
-                    r["fwd_bwd_ms"]["keras_attention"]["median_ms"],
-                    r["fwd_bwd_ms"]["keras"]["median_ms"],
-                    _fmt(r["speedup_vs_keras"], 2) + "x",
-                ]
-                for r in s["mha"]
-            ]
+            rows = _mha_rows(s["mha"])
             out += [_table(["T", "B", "keras-attention MHA ms", "Keras MHA ms", "speedup"], rows), ""]
 
     s = sections.get("g2p")
