@@ -96,7 +96,9 @@ def wrapper_reference(wrapper, inputs, memory, mask, state):
         context, weights = reference.attend(scores, memory, mask[:, None, :])
         context = context[:, 0]
         if wrapper.attention_layer_size:
-            attention = np.tanh(np.concatenate([context, hidden], -1) @ weights_of(wrapper)["attention_kernel"])
+            projected = np.concatenate([context, hidden], -1) @ weights_of(wrapper)["attention_kernel"]
+            linear = keras.activations.serialize(wrapper.attention_activation) == "linear"
+            attention = projected if linear else np.tanh(projected)
         else:
             attention = context
         outputs.append(attention if wrapper.output_attention else hidden)
@@ -159,17 +161,25 @@ def test_lstm_forget_bias_starts_at_one():
 
 
 @pytest.mark.parametrize(
-    "size, output_attention, input_feeding",
-    [(5, True, True), (None, True, True), (5, False, True), (5, True, False)],
-    ids=["luong", "context_only", "bahdanau_style", "no_input_feeding"],
+    "size, output_attention, input_feeding, activation",
+    [
+        (5, True, True, "tanh"),
+        (None, True, True, "tanh"),
+        (5, False, True, "tanh"),
+        (5, True, False, "tanh"),
+        (5, True, True, None),
+        (5, True, False, None),
+    ],
+    ids=["luong", "context_only", "bahdanau_style", "no_input_feeding", "tfa_linear", "tfa_linear_no_feeding"],
 )
-def test_wrapper_matches_the_equations_step_by_step(size, output_attention, input_feeding):
+def test_wrapper_matches_the_equations_step_by_step(size, output_attention, input_feeding, activation):
     rng = np.random.default_rng(2)
     inputs, memory, mask = data(rng)
     wrapper = ka.AttentionWrapper(
         keras.layers.LSTMCell(UNITS),
         ka.GeneralAttention(),
         attention_layer_size=size,
+        attention_activation=activation,
         output_attention=output_attention,
         input_feeding=input_feeding,
     )
@@ -847,3 +857,19 @@ def test_a_stateless_attention_adds_no_state_and_needs_no_memory_for_its_initial
     assert [tuple(s.shape) for s in states] == [(2, UNITS), (2, UNITS)]
     monotonic = ka.AttentionLSTMCell(UNITS, ka.LuongMonotonicAttention())
     assert monotonic.state_size == [UNITS, UNITS, None]
+
+
+def test_wrapper_attention_activation_round_trips_and_is_checked():
+    wrapper = ka.AttentionWrapper(
+        keras.layers.GRUCell(4), ka.DotAttention(), attention_layer_size=4, attention_activation=None
+    )
+    config = wrapper.get_config()
+    assert config["attention_activation"] == "linear"
+    assert keras.activations.serialize(ka.AttentionWrapper.from_config(config).attention_activation) == "linear"
+    assert (
+        ka.AttentionWrapper(keras.layers.GRUCell(4), ka.DotAttention()).get_config()["attention_activation"] == "tanh"
+    )
+    with pytest.raises(
+        ValueError, match=r"AttentionWrapper: `attention_activation` must be a Keras activation .*got 'tanhh'"
+    ):
+        ka.AttentionWrapper(keras.layers.GRUCell(4), ka.DotAttention(), attention_activation="tanhh")

@@ -71,7 +71,7 @@ class AttentionWrapper(WeightSettings, AttentionCell):
 
         h_t, state = cell([x ; a_{t-1}], state)     (input feeding; x alone without)
         c_t = sum_s alpha_s v_s,   alpha = softmax_s(score(h_t, k_s))
-        a_t = tanh(W_c [c_t ; h_t])                  (with attention_layer_size)
+        a_t = act(W_c [c_t ; h_t])                   (with attention_layer_size; act = tanh)
         a_t = c_t                                     (without)
         output = a_t (output_attention=True, Luong)  or  h_t (False)
 
@@ -101,6 +101,10 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         attention: a score layer of this library (e.g. `GeneralAttention()`
             for Luong's "general", `AdditiveAttention(units)` for Bahdanau's).
         attention_layer_size: size of `a_t`, or None to use the context.
+        attention_activation: `act` above: "tanh" (Luong et al.'s, the
+            default) or any Keras activation; None for the linear layer that
+            `tfa.seq2seq.AttentionWrapper` used by default (to reproduce a
+            tfa model's numbers).
         output_attention: output `a_t` (Luong) rather than the cell output.
         input_feeding: concatenate `a_{t-1}` to the cell's input. Without
             it (and with a stateless attention) `AttentionDecoder`
@@ -125,6 +129,7 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         cell,
         attention,
         attention_layer_size=None,
+        attention_activation="tanh",
         output_attention=True,
         input_feeding=True,
         kernel_initializer="glorot_uniform",
@@ -145,6 +150,13 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         super().__init__(attention, **kwargs)
         self.cell = cell
         self.attention_layer_size = attention_layer_size
+        try:
+            self.attention_activation = keras.activations.get(attention_activation)
+        except (ValueError, TypeError) as error:
+            raise ValueError(
+                f"AttentionWrapper: `attention_activation` must be a Keras activation (a name such as "
+                f"'tanh', a callable) or None; got {attention_activation!r}."
+            ) from error
         self.output_attention = bool(output_attention)
         self.input_feeding = bool(input_feeding)
         self._set_weight_settings(kernel_initializer, kernel_regularizer)
@@ -209,11 +221,13 @@ class AttentionWrapper(WeightSettings, AttentionCell):
         return output, keras.tree.flatten(new_cell_states) + [attention], alignment
 
     def _attention_vector(self, context, cell_output):
-        """`a = tanh(W_c [c ; h])`, or the context without `attention_layer_size`
+        """`a = act(W_c [c ; h])`, or the context without `attention_layer_size`
         (one step `(B, .)` or every step `(B, Tt, .)`)."""
         if self.attention_kernel is None:
             return context
-        return ops.tanh(ops.matmul(ops.concatenate([context, cell_output], axis=-1), self.attention_kernel))
+        return self.attention_activation(
+            ops.matmul(ops.concatenate([context, cell_output], axis=-1), self.attention_kernel)
+        )
 
     # ------------------------------------------------- a whole sequence at once
 
@@ -260,6 +274,7 @@ class AttentionWrapper(WeightSettings, AttentionCell):
             {
                 "cell": keras.saving.serialize_keras_object(self.cell),
                 "attention_layer_size": self.attention_layer_size,
+                "attention_activation": keras.activations.serialize(self.attention_activation),
                 "output_attention": self.output_attention,
                 "input_feeding": self.input_feeding,
                 **self._weight_settings_config(),
