@@ -82,8 +82,7 @@ class Vocabulary:
             raise ValueError(
                 f"Vocabulary: `separator` must be None (characters) or a non-empty string; got {separator!r}."
             )
-        if not isinstance(lowercase, bool):
-            raise ValueError(f"Vocabulary: `lowercase` must be True or False; got {lowercase!r}.")
+        lowercase = _checks.check_bool("Vocabulary", "lowercase", lowercase)
         if normalization is not None and normalization not in _NORMAL_FORMS:
             raise ValueError(
                 f"Vocabulary: `normalization` must be None or one of {', '.join(_NORMAL_FORMS)}; got {normalization!r}."

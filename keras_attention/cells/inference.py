@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_attention.cells.base import AttentionMemory, attention_cell
-from keras_attention.decoding import _loop, beam_search, greedy_search, sampling_search, tile_batch
+from keras_attention.decoding import beam_search, greedy_search, sampling_search, tile_batch
 from keras_attention.layers import _checks
 
 __all__ = ["InferenceDecoder"]
@@ -39,11 +39,9 @@ _METHODS = tuple(_SEARCHES)
 
 
 def _layer(owner, argument, layer):
-    if isinstance(layer, dict):
-        layer = keras.saving.deserialize_keras_object(layer)
-    if not isinstance(layer, keras.layers.Layer):
-        raise ValueError(f"{type(owner).__name__}: `{argument}` must be a Keras layer; got {layer!r}.")
-    return layer
+    return _checks.resolve_layer(
+        owner, argument, layer, lambda given: isinstance(given, keras.layers.Layer), "a Keras layer"
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -146,7 +144,7 @@ class InferenceDecoder(keras.layers.Layer):
         )
         self.temperature = _checks.check_number(self, "temperature", temperature, minimum=0, strict=True)
         self.top_k = _checks.check_positive_int(self, "top_k", top_k, allow_none=True)
-        self.early_stopping = _loop.check_flag(type(self).__name__, "early_stopping", early_stopping)
+        self.early_stopping = _checks.check_bool(self, "early_stopping", early_stopping)
         self.cell = attention_cell(self, cell)
         self.embedding = _layer(self, "embedding", embedding)
         self.output_layer = _layer(self, "output_layer", output_layer)

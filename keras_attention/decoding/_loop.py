@@ -90,10 +90,3 @@ def check_tokens(end_token, pad_token):
 
 def check_max_length(max_length):
     return _checks.check_positive_int("decoding", "max_length", max_length)
-
-
-def check_flag(owner, argument, value):
-    """`value` as a Python bool; `owner` is the name of the layer or function."""
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    raise ValueError(f"{owner}: `{argument}` must be True or False; got {value!r}.")

@@ -325,7 +325,7 @@ def beam_search(
         "beam_search", "coverage_penalty_weight", coverage_penalty_weight, minimum=0
     )
     end_token, pad_token = _loop.check_tokens(end_token, pad_token)
-    early_stopping = _loop.check_flag("beam_search", "early_stopping", early_stopping)
+    early_stopping = _checks.check_bool("beam_search", "early_stopping", early_stopping)
     width = beam_width
     batch = _loop.batch_size_of(start_tokens, initial_state)
     first_ids = ops.repeat(_loop.start_ids(start_tokens, batch), width, axis=0)

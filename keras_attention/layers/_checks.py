@@ -54,6 +54,13 @@ def _is_real(value):
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
+def check_bool(owner, argument, value):
+    """`value` as a Python bool (NumPy bools included)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{_name(owner)}: `{argument}` must be True or False; got {value!r}.")
+
+
 def check_fraction(owner, argument, value):
     """`value` as a float in [0, 1)."""
     if not _is_real(value) or not 0.0 <= value < 1.0:
