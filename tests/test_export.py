@@ -566,6 +566,31 @@ def test_an_op_that_does_not_convert_is_named_and_nothing_is_left(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@keras.saving.register_keras_serializable(package="tests_export")
+class DiscardNonFinite(keras.layers.Layer):
+    """`where` discarding what it must: log of a negative (NaN), 1/0 (inf)."""
+
+    def call(self, x):
+        safe_log = ops.where(x > 0, ops.log(x), ops.zeros_like(x))
+        safe_inverse = ops.where(ops.not_equal(x, 0), 1.0 / x, ops.zeros_like(x))
+        return safe_log + safe_inverse
+
+
+def test_a_select_discards_nan_and_inf_in_onnx_as_in_keras(tmp_path):
+    # tf2onnx writes a float select as x * cond + y * !cond by default, and
+    # NaN * 0 is NaN: the export must keep selects exact.
+    x = keras.Input((4,), name="x")
+    model = keras.Model(x, DiscardNonFinite(name="safe")(x))
+    batch = {"x": np.array([[-1.0, 0.0, 1.0, np.e], [2.0, -3.0, 0.0, 0.5]], np.float32)}
+    export_model(model, tmp_path / "export", sample_inputs=[batch], formats=["onnx"])
+    session = onnxruntime.InferenceSession(str(tmp_path / "export" / "model.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, batch)
+    want = [[-1.0, 0.0, 1.0, 1.0 + 1.0 / np.e], [np.log(2.0) + 0.5, -1.0 / 3.0, 0.0, np.log(0.5) + 2.0]]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    graph = onnx.load(str(tmp_path / "export" / "model.onnx")).graph
+    assert [n.op_type for n in graph.node].count("Where") == 2
+
+
 def test_a_parity_failure_names_the_output_and_nothing_is_left(tmp_path, monkeypatch):
     # A Keras reference that drifts by 0.5 stands in for a real numerical mismatch.
     call_keras = export_signatures.Signature.call_keras

@@ -106,6 +106,22 @@ def _reshapes_keep_zero_sizes(graph, constants=frozenset()):
                 node.attribute.append(onnx.helper.make_attribute("allowzero", 1))
 
 
+def _selects_stay_selects(graph, nodes):
+    """A tf2onnx rewriter: convert every select to an ONNX `Where`.
+
+    tf2onnx turns a float `Select`/`SelectV2` into `x * cond + y * !cond`
+    unless told the select handles NaN. That is a different function: a
+    discarded NaN or infinity turns the result into NaN. The layers rely on
+    selects to discard exactly such values (the fused attention op's rows
+    over an empty memory, which onnxruntime leaves uninitialised), so every
+    select is marked, in the graph and in its loop bodies.
+    """
+    for node in nodes:
+        if node.type in ("Select", "SelectV2"):
+            node.set_attr("handles_nan", True)
+    return nodes
+
+
 def _export_onnx(signature, function, path, opset):
     import onnx
     import tf2onnx
@@ -116,7 +132,9 @@ def _export_onnx(signature, function, path, opset):
     # tf2onnx logs every unsupported op and carries on; collect instead of printing.
     propagate, logger.propagate = logger.propagate, False
     try:
-        model_proto, _ = tf2onnx.convert.from_function(function, input_signature=signature.input_specs, opset=opset)
+        model_proto, _ = tf2onnx.convert.from_function(
+            function, input_signature=signature.input_specs, opset=opset, custom_rewriter=[_selects_stay_selects]
+        )
     except Exception as error:
         raise _conversion_error(signature, opset, [], collector.messages, error) from error
     finally:
