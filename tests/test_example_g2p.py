@@ -120,3 +120,52 @@ def test_readme_results_are_generated_from_the_committed_results_files():
 
     readme = report.README.read_text(encoding="utf-8")
     assert report.updated_readme(readme) == readme, "run python examples/g2p/report.py"
+
+
+def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smoke, tmp_path):
+    out, _, _ = cmudict_smoke
+    completed = subprocess.run(
+        [
+            sys.executable,
+            str(G2P / "serving.py"),
+            str(out),
+            "--beam-widths",
+            "1",
+            "3",
+            "--limit",
+            "40",
+            "--batch-size",
+            "16",
+            "--peer",
+            str(out / "results.json"),
+            "--results",
+            str(tmp_path / "serving.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    document = json.loads((tmp_path / "serving.json").read_text())
+    assert document["test_words"] == 40 and [row["beam_width"] for row in document["widths"]] == [1, 3]
+    for row in document["widths"]:
+        # ONNX, in its own process, decodes what Keras decodes, word for word.
+        assert row["same_as_keras"] == 1.0
+        assert 0.0 <= row["per"] <= row["wer"] <= 100.0
+        assert row["onnx_words_per_second"] > 0 and len(row["onnx_passes"]) == 3
+        assert (out / f"serve_beam{row['beam_width']}" / "pronounce.onnx").is_file()
+    assert document["phonetisaurus"]["test_words"] == 50
+    import report
+
+    table = report.serving_table(document, json.loads((out / "results.json").read_text()))
+    assert table.count("\n| ") == 4  # the header, two widths and Phonetisaurus
+    assert "| 3 | " in table and "| Phonetisaurus |" in table
+
+
+def test_serving_study_refuses_a_directory_that_is_not_a_run(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, str(G2P / "serving.py"), str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 2
+    assert f"argument run: {str(tmp_path)!r} has no results.json" in completed.stderr
+    assert "Traceback" not in completed.stderr

@@ -29,6 +29,9 @@ class ModelConfig:
     max_length: int = 32  # phones produced at most
     beam_width: int = 5
     length_penalty: float = 0.0
+    # Beam search stops once every word's best pronunciation is decided:
+    # the same best beam, fewer steps (lower beams may end unfinished).
+    early_stopping: bool = False
     # "input_feeding": AttentionLSTMCell, each step's LSTM reads the context
     # of the step before (Bahdanau). "luong": an LSTM over the phones, then
     # one attention call over every step (no input feeding), which
@@ -102,6 +105,7 @@ def build_models(source_vocabulary, target_vocabulary, config, beam_alignments=F
             method=method,
             beam_width=config.beam_width,
             length_penalty_weight=config.length_penalty,
+            early_stopping=config.early_stopping and method == "beam",
             return_alignments=method == "greedy" or beam_alignments,
             name=f"{method}_decoder",
         )(memory, initial_state=initial_state)

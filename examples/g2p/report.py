@@ -5,8 +5,9 @@
 
 Reads results/g2p_cmudict.json, the optional other CMUdict runs in VARIANTS
 (the decoder without input feeding; a larger model trained longer) and
-results/g2p_sigmorphon2021.json (written by `train.py --results ...`) and replaces what stands between the two marker
-comments in README.md, so the table can only show measured figures.
+results/g2p_sigmorphon2021.json (written by `train.py --results ...`), the
+large run's serving study results/g2p_cmudict_serving.json (`serving.py`),
+and replaces what stands between the two marker comments in README.md, so the table can only show measured figures.
 """
 
 import argparse
@@ -20,6 +21,8 @@ README = ROOT / "README.md"
 BEGIN, END = "<!-- g2p-results:begin -->", "<!-- g2p-results:end -->"
 # Other runs of ours on the CMUdict split, each shown as one more row.
 VARIANTS = ("g2p_cmudict_luong.json", "g2p_cmudict_large.json")
+# The run whose serving by beam width `serving.py` measured.
+SERVING, SERVED_RUN = "g2p_cmudict_serving.json", "g2p_cmudict_large.json"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import data
@@ -93,6 +96,36 @@ def cmudict_table(document, variants=()):
     return "\n".join(lines)
 
 
+def serving_table(document, trained):
+    """Accuracy and ONNX throughput of one trained run by beam width
+    (`serving.py`), beside Phonetisaurus."""
+    peer = document.get("phonetisaurus")
+    lines = [
+        f"Serving {_label(trained['ours']['model'])} (the bold row above) through onnxruntime, by beam width "
+        f"(batches of {document['batch_size']} words, early stopping, a fresh process):",
+        "",
+        "| beam | WER | PER | words/s (ONNX) | end to end | same as Keras |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in document["widths"]:
+        lines.append(
+            f"| {row['beam_width']} | {row['wer']:.2f}% | {row['per']:.2f}% | {row['onnx_words_per_second']:,.0f} | "
+            f"{row['onnx_end_to_end_words_per_second']:,.0f} | {row['same_as_keras']:.2%} |"
+        )
+    if peer:
+        lines.append(
+            f"| Phonetisaurus | {peer['wer']:.2f}% | {peer['per']:.2f}% | | {peer['words_per_second']:,.0f} | |"
+        )
+    lines += [
+        "",
+        f"Command: `{document['command']}` ({_minutes(document['wall_seconds'])} wall time; {document['date']}). "
+        "words/s times the onnxruntime calls on tokenised batches (the median of three passes); end to end "
+        "includes loading the model, tokenising and detokenising, as Phonetisaurus's figure (`phonetisaurus-apply` "
+        "on the word list) does.",
+    ]
+    return "\n".join(lines)
+
+
 def sigmorphon_table(document):
     languages = document["languages"]
     lines = [
@@ -139,6 +172,9 @@ def render():
     variants = [document for document in map(_load, VARIANTS) if document]
     if cmudict:
         parts.append(cmudict_table(cmudict, variants))
+    serving, served_run = _load(SERVING), _load(SERVED_RUN)
+    if serving and served_run:
+        parts.append(serving_table(serving, served_run))
     if sigmorphon:
         parts.append(sigmorphon_table(sigmorphon))
     return "\n\n".join(parts) if parts else "No results committed yet."

@@ -1,0 +1,198 @@
+"""Serving a trained CMUdict model: accuracy and ONNX throughput by beam width.
+
+    python examples/g2p/serving.py runs/g2p_cmudict_big [--beam-widths 1 2 3 5] [--batch-size 256]
+        [--results results/g2p_cmudict_serving.json] [--limit N]
+
+For each beam width the run's trained weights are rebuilt into a beam model
+(with early stopping, which returns the full search's best beam), scored on
+the CMUdict test words with Keras, exported to ONNX with its `pronounce`
+signature, and served through onnxruntime in a fresh process: a process that
+has just trained or run TensorFlow serves markedly slower (its thread pools
+compete with onnxruntime's), and a server does not train. The served
+pronunciations are compared with Keras's word for word. Phonetisaurus's
+figure is read from the run's results (`results/g2p_cmudict.json` by
+default), measured on the same words.
+"""
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+PASSES = 3  # timed passes over the word list; the median is reported
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", help="a CMUdict training run's --out directory (results.json, g2p_trainer.keras)")
+    parser.add_argument("--beam-widths", type=int, nargs="+", default=[1, 2, 3, 5])
+    parser.add_argument("--batch-size", type=int, default=256, help="words per onnxruntime call")
+    parser.add_argument("--peer", default="results/g2p_cmudict.json", help="results file with Phonetisaurus's figures")
+    parser.add_argument("--results", help="also write the results JSON here")
+    parser.add_argument("--limit", type=int, help="only the first N test words (alphabetically): a quick check")
+    args = parser.parse_args(argv)
+    if any(width < 1 for width in args.beam_widths):
+        parser.error(f"argument --beam-widths: expected integers >= 1, got {args.beam_widths}")
+    if args.limit is not None and args.limit < 1:
+        parser.error(f"argument --limit: expected an integer >= 1, got {args.limit}")
+    if args.batch_size < 1:
+        parser.error(f"argument --batch-size: expected an integer >= 1, got {args.batch_size}")
+    for name in ("results.json", "g2p_trainer.keras"):
+        if not (Path(args.run) / name).is_file():
+            parser.error(f"argument run: {args.run!r} has no {name} (is it a finished CMUdict training run?)")
+    return args
+
+
+def throughput(directory, words_file, batch_size):
+    """Words/s of `directory`'s `pronounce.onnx` over the words in
+    `words_file`: the median of PASSES timed passes of onnxruntime calls on
+    length-sorted batches (tokenised beforehand), and one end-to-end pass of
+    `translate_texts` (tokenising, decoding and detokenising, session
+    creation included). Runs in the process that calls it: call it in a
+    fresh one."""
+    import onnxruntime
+    from pronounce import length_sorted_batches
+
+    from keras_attention.export import load_vocabulary, translate_texts
+
+    words = Path(words_file).read_text(encoding="utf-8").split()
+    letters = load_vocabulary(directory)["source"]
+    session = onnxruntime.InferenceSession(str(Path(directory) / "pronounce.onnx"), providers=["CPUExecutionProvider"])
+    feeds = [letters.encode([words[i] for i in rows]) for rows in length_sorted_batches(words, batch_size)]
+    session.run(["ids"], {"letters": feeds[0]})  # onnxruntime plans and allocates on its first run
+    rates, ids = [], None
+    for _ in range(PASSES):
+        begin = time.perf_counter()
+        ids = [session.run(["ids"], {"letters": feed})[0] for feed in feeds]
+        rates.append(len(words) / (time.perf_counter() - begin))
+    begin = time.perf_counter()
+    translate_texts(directory, words, signature="pronounce", batch_size=batch_size)
+    end_to_end = len(words) / (time.perf_counter() - begin)
+    order = [i for rows in length_sorted_batches(words, batch_size) for i in rows]
+    best = [row[0].tolist() for batch in ids for row in batch]
+    return {
+        "words_per_second": round(statistics.median(rates), 1),
+        "passes": [round(rate, 1) for rate in rates],
+        "end_to_end_words_per_second": round(end_to_end, 1),
+        "ids": {words[i]: row for i, row in zip(order, best)},
+    }
+
+
+def _fresh_process_throughput(directory, words, batch_size):
+    with tempfile.TemporaryDirectory() as scratch:
+        words_file = Path(scratch) / "words.txt"
+        words_file.write_text("\n".join(words) + "\n", encoding="utf-8")
+        result_file = Path(scratch) / "result.json"
+        code = (
+            "import json, sys; sys.path.insert(0, sys.argv[1]); import serving; "
+            "json.dump(serving.throughput(sys.argv[2], sys.argv[3], int(sys.argv[4])), open(sys.argv[5], 'w'))"
+        )
+        here = str(Path(__file__).resolve().parent)
+        subprocess.run(
+            [sys.executable, "-c", code, here, str(directory), str(words_file), str(batch_size), str(result_file)],
+            check=True,
+        )
+        return json.loads(result_file.read_text())
+
+
+def study(args):
+    import keras
+    import model as g2p_model
+    import numpy as np
+    from pronounce import length_sorted_batches, score
+
+    import data
+    import keras_attention as ka
+    from keras_attention.export import load_vocabulary
+
+    run = Path(args.run)
+    trained = json.loads((run / "results.json").read_text())
+    base_config = g2p_model.ModelConfig(**trained["ours"]["model"])
+    vocabulary = load_vocabulary(run / "export") if (run / "export" / "vocabulary.json").is_file() else None
+    split = data.cmudict_split()
+    if vocabulary is None:
+        from train import vocabularies
+
+        letters, phones = vocabularies(split["train"])
+    else:
+        letters, phones = vocabulary["source"], vocabulary["target"]
+    trainer_weights = keras.saving.load_model(run / "g2p_trainer.keras").get_weights()
+    words = sorted(split["test"])[: args.limit]
+    test = {word: split["test"][word] for word in words}
+    rows = []
+    for width in args.beam_widths:
+        config = dataclasses.replace(base_config, beam_width=width, early_stopping=True)
+        trainer, _, beam = g2p_model.build_models(letters, phones, config)
+        trainer.set_weights(trainer_weights)
+        begin = time.perf_counter()
+        rates, _ = score(beam, test, letters, phones)
+        keras_rate = len(words) / (time.perf_counter() - begin)
+        directory = run / f"serve_beam{width}"
+        sample = [{"letters": words[:16]}, {"letters": words[16:19]}]
+        ka.export_model(
+            {"pronounce": beam},
+            directory,
+            overwrite=True,
+            formats=["onnx"],
+            vocabulary={"source": letters, "target": phones},
+            sample_inputs={"pronounce": sample},
+        )
+        served = _fresh_process_throughput(directory, words, args.batch_size)
+        same = 0
+        for batch in length_sorted_batches(words, args.batch_size):
+            keras_ids = np.asarray(beam.predict_on_batch(letters.encode([words[i] for i in batch]))["ids"])[:, 0]
+            same += sum(keras_ids[j].tolist() == served["ids"][words[i]] for j, i in enumerate(batch))
+        row = {
+            "beam_width": width,
+            "wer": rates["wer"],
+            "per": rates["per"],
+            "keras_words_per_second": round(keras_rate, 1),
+            "onnx_words_per_second": served["words_per_second"],
+            "onnx_passes": served["passes"],
+            "onnx_end_to_end_words_per_second": served["end_to_end_words_per_second"],
+            "same_as_keras": same / len(words),
+        }
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    peer = json.loads(Path(args.peer).read_text()).get("phonetisaurus") if Path(args.peer).is_file() else None
+    return {
+        "run": str(run),
+        "test_words": len(words),
+        "batch_size": args.batch_size,
+        "widths": rows,
+        "phonetisaurus": peer,
+    }
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from train import machine
+
+    begin = time.perf_counter()
+    document = study(args)
+    document.update(
+        command="python " + " ".join([os.path.relpath(__file__)] + (sys.argv[1:] if argv is None else list(argv))),
+        wall_seconds=round(time.perf_counter() - begin, 1),
+        date=datetime.date.today().isoformat(),
+        machine=machine(),
+    )
+    for path in [Path(args.run) / "serving.json"] + ([Path(args.results)] if args.results else []):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".tmp").write_text(json.dumps(document, indent=1, sort_keys=True))
+        os.replace(path.with_suffix(".tmp"), path)
+        print(f"wrote {path}")
+    return document
+
+
+if __name__ == "__main__":
+    main()
