@@ -48,23 +48,28 @@ def _train(lexicon, directory):
 
 def phonetisaurus(train, test, directory):
     """WER/PER on `test` of Phonetisaurus trained on `train` ({word: [phones, ...]})."""
-    import phonetisaurus as ps
-
     directory = Path(directory).absolute()
     directory.mkdir(parents=True, exist_ok=True)
     begin = time.perf_counter()
     model = _train(train, directory)
     train_seconds = time.perf_counter() - begin
+    return {**evaluate(model, test), "train_seconds": round(train_seconds, 1)}
+
+
+def evaluate(model, test):
+    """WER/PER and words/s on `test` of a trained Phonetisaurus `model`
+    (`phonetisaurus-apply` on the sorted word list, process start included)."""
+    import phonetisaurus as ps
+
     words = sorted(test)
     begin = time.perf_counter()
-    predicted = dict(ps.predict(words, model))
+    predicted = dict(ps.predict(words, Path(model).absolute()))
     apply_seconds = time.perf_counter() - begin
     rates = error_rates([predicted.get(word, []) for word in words], [test[word] for word in words])
     return {
         "wer": rates["sequence_error_rate"],
         "per": rates["token_error_rate"],
         "test_words": len(words),
-        "train_seconds": round(train_seconds, 1),
         "words_per_second": round(len(words) / apply_seconds, 1),
         "unpronounced": sum(word not in predicted for word in words),
         "version": _version(),

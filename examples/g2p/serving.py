@@ -1,7 +1,7 @@
 """Serving a trained CMUdict model: accuracy and ONNX throughput by beam width.
 
     python examples/g2p/serving.py runs/g2p_cmudict_big [--beam-widths 1 2 3 5] [--batch-size 256]
-        [--results results/g2p_cmudict_serving.json] [--limit N]
+        [--results results/g2p_cmudict_serving.json] [--limit N] [--phonetisaurus-model MODEL.fst]
 
 For each beam width the run's trained weights are rebuilt into a beam model
 (with early stopping, which returns the full search's best beam), scored on
@@ -9,9 +9,10 @@ the CMUdict test words with Keras, exported to ONNX with its `pronounce`
 signature, and served through onnxruntime in a fresh process: a process that
 has just trained or run TensorFlow serves markedly slower (its thread pools
 compete with onnxruntime's), and a server does not train. The served
-pronunciations are compared with Keras's word for word. Phonetisaurus's
-figure is read from the run's results (`results/g2p_cmudict.json` by
-default), measured on the same words.
+pronunciations are compared with Keras's word for word. Phonetisaurus, from
+the model a CMUdict training run trains beside ours, is scored and timed on
+the same words in the same run (without it, its figures are read from
+`--peer`).
 """
 
 import argparse
@@ -37,7 +38,16 @@ def parse_args(argv=None):
     parser.add_argument("run", help="a CMUdict training run's --out directory (results.json, g2p_trainer.keras)")
     parser.add_argument("--beam-widths", type=int, nargs="+", default=[1, 2, 3, 5])
     parser.add_argument("--batch-size", type=int, default=256, help="words per onnxruntime call")
-    parser.add_argument("--peer", default="results/g2p_cmudict.json", help="results file with Phonetisaurus's figures")
+    parser.add_argument(
+        "--phonetisaurus-model",
+        default="runs/g2p_cmudict/phonetisaurus/train/model.fst",
+        help="a Phonetisaurus model trained on the same split (train.py writes one): timed on the same words here",
+    )
+    parser.add_argument(
+        "--peer",
+        default="results/g2p_cmudict.json",
+        help="without that model: results file with Phonetisaurus's figures",
+    )
     parser.add_argument("--results", help="also write the results JSON here")
     parser.add_argument("--limit", type=int, help="only the first N test words (alphabetically): a quick check")
     args = parser.parse_args(argv)
@@ -164,7 +174,12 @@ def study(args):
         }
         print(json.dumps(row), flush=True)
         rows.append(row)
-    peer = json.loads(Path(args.peer).read_text()).get("phonetisaurus") if Path(args.peer).is_file() else None
+    if Path(args.phonetisaurus_model).is_file():
+        import peer as g2p_peer
+
+        peer = {**g2p_peer.evaluate(args.phonetisaurus_model, test), "model": args.phonetisaurus_model}
+    else:
+        peer = json.loads(Path(args.peer).read_text()).get("phonetisaurus") if Path(args.peer).is_file() else None
     return {
         "run": str(run),
         "test_words": len(words),
