@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint tour bench g2p venv clean
+.PHONY: demo test lint tour bench g2p g2p-large venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,14 @@ g2p: $(VENV)/.installed-g2p
 	$(BIN)/python examples/g2p/train.py cmudict --out runs/g2p_cmudict --results results/g2p_cmudict.json
 	$(BIN)/python examples/g2p/train.py sigmorphon --languages medium eng_us --out runs/g2p_sigmorphon \
 	    --results results/g2p_sigmorphon2021.json
+	$(BIN)/python examples/g2p/report.py
+
+# The larger CMUdict model (about 90 minutes on 2 cores) and its serving
+# study by beam width, timed beside Phonetisaurus (from `make g2p`'s run).
+g2p-large: $(VENV)/.installed-g2p
+	$(BIN)/python examples/g2p/train.py cmudict --decoder luong --encoder-units 192 --decoder-units 384 \
+	    --epochs 16 --no-peer --no-export --out runs/g2p_cmudict_big --results results/g2p_cmudict_large.json
+	$(BIN)/python examples/g2p/serving.py runs/g2p_cmudict_big --results results/g2p_cmudict_serving.json
 	$(BIN)/python examples/g2p/report.py
 
 # A quick tour: one small model per attention layer, with heat-maps.

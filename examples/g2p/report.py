@@ -101,7 +101,8 @@ def serving_table(document, trained):
     (`serving.py`), beside Phonetisaurus."""
     peer = document.get("phonetisaurus")
     lines = [
-        f"Serving {_label(trained['ours']['model'])} (the bold row above) through onnxruntime, by beam width "
+        f"Serving {_label(trained['ours']['model'])} (the larger model above) through onnxruntime on "
+        f"{document['machine']['cores']} CPU cores, by beam width "
         f"(batches of {document['batch_size']} words, early stopping, a fresh process):",
         "",
         "| beam | WER | PER | words/s (ONNX) | end to end | same as Keras |",
