@@ -140,6 +140,7 @@ def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smok
             str(out / "phonetisaurus" / "train" / "model.fst"),
             "--results",
             str(tmp_path / "serving.json"),
+            "--int8",
         ],
         capture_output=True,
         text=True,
@@ -154,14 +155,22 @@ def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smok
         assert 0.0 <= row["per"] <= row["wer"] <= 100.0
         assert row["onnx_words_per_second"] > 0 and len(row["onnx_passes"]) == 3
         assert (out / f"serve_beam{row['beam_width']}" / "pronounce.onnx").is_file()
+        # The int8 copy is served and scored from what it served: where it
+        # agrees with Keras on every word, its error rates are Keras's.
+        int8 = row["int8"]
+        assert (out / f"serve_beam{row['beam_width']}" / "pronounce.int8.onnx").stat().st_size == int8["bytes"]
+        assert int8["bytes"] < int8["float32_bytes"] and int8["onnx_words_per_second"] > 0
+        assert 0.0 <= int8["per"] <= int8["wer"] <= 100.0 and 0.0 <= int8["same_as_keras"] <= 1.0
+        if int8["same_as_keras"] == 1.0:
+            assert (int8["wer"], int8["per"]) == (row["wer"], row["per"])
     # Phonetisaurus is timed on the same words in the same run.
     peer = document["phonetisaurus"]
     assert peer["test_words"] == 40 and peer["words_per_second"] > 0 and 0.0 <= peer["per"] <= peer["wer"] <= 100.0
     import report
 
     table = report.serving_table(document, json.loads((out / "results.json").read_text()))
-    assert table.count("\n| ") == 4  # the header, two widths and Phonetisaurus
-    assert "| 3 | " in table and "| Phonetisaurus |" in table
+    assert table.count("\n| ") == 6  # the header, two widths, their int8 copies and Phonetisaurus
+    assert "| 3 | " in table and "| 3, int8 | " in table and "| Phonetisaurus |" in table
 
 
 def test_serving_study_refuses_a_directory_that_is_not_a_run(tmp_path):

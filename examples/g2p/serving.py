@@ -1,7 +1,7 @@
 """Serving a trained CMUdict model: accuracy and ONNX throughput by beam width.
 
     python examples/g2p/serving.py runs/g2p_cmudict_big [--beam-widths 1 2 3 5] [--batch-size 256]
-        [--results results/g2p_cmudict_serving.json] [--limit N] [--phonetisaurus-model MODEL.fst]
+        [--results results/g2p_cmudict_serving.json] [--limit N] [--phonetisaurus-model MODEL.fst] [--int8]
 
 For each beam width the run's trained weights are rebuilt into a beam model
 (with early stopping, which returns the full search's best beam), scored on
@@ -13,6 +13,10 @@ pronunciations are compared with Keras's word for word. Phonetisaurus, from
 the model a CMUdict training run trains beside ours, is scored and timed on
 the same words in the same run (without it, its figures are read from
 `--peer`).
+
+With --int8 each width is also exported with int8 weights (onnxruntime's
+dynamic quantization) and served the same way: its accuracy is scored from
+the served pronunciations, beside its size, speed and agreement with Keras.
 """
 
 import argparse
@@ -49,6 +53,7 @@ def parse_args(argv=None):
         help="without that model: results file with Phonetisaurus's figures",
     )
     parser.add_argument("--results", help="also write the results JSON here")
+    parser.add_argument("--int8", action="store_true", help="also serve an int8-quantized copy of each width")
     parser.add_argument("--limit", type=int, help="only the first N test words (alphabetically): a quick check")
     args = parser.parse_args(argv)
     if any(width < 1 for width in args.beam_widths):
@@ -63,7 +68,7 @@ def parse_args(argv=None):
     return args
 
 
-def throughput(directory, words_file, batch_size):
+def throughput(directory, words_file, batch_size, precision="float32"):
     """Words/s of `directory`'s `pronounce.onnx` over the words in
     `words_file`: the median of PASSES timed passes of onnxruntime calls on
     length-sorted batches (tokenised beforehand), and one end-to-end pass of
@@ -77,7 +82,8 @@ def throughput(directory, words_file, batch_size):
 
     words = Path(words_file).read_text(encoding="utf-8").split()
     letters = load_vocabulary(directory)["source"]
-    session = onnxruntime.InferenceSession(str(Path(directory) / "pronounce.onnx"), providers=["CPUExecutionProvider"])
+    name = "pronounce.onnx" if precision == "float32" else f"pronounce.{precision}.onnx"
+    session = onnxruntime.InferenceSession(str(Path(directory) / name), providers=["CPUExecutionProvider"])
     feeds = [letters.encode([words[i] for i in rows]) for rows in length_sorted_batches(words, batch_size)]
     session.run(["ids"], {"letters": feeds[0]})  # onnxruntime plans and allocates on its first run
     rates, ids = [], None
@@ -86,7 +92,7 @@ def throughput(directory, words_file, batch_size):
         ids = [session.run(["ids"], {"letters": feed})[0] for feed in feeds]
         rates.append(len(words) / (time.perf_counter() - begin))
     begin = time.perf_counter()
-    translate_texts(directory, words, signature="pronounce", batch_size=batch_size)
+    translate_texts(directory, words, signature="pronounce", batch_size=batch_size, precision=precision)
     end_to_end = len(words) / (time.perf_counter() - begin)
     order = [i for rows in length_sorted_batches(words, batch_size) for i in rows]
     best = [row[0].tolist() for batch in ids for row in batch]
@@ -98,18 +104,19 @@ def throughput(directory, words_file, batch_size):
     }
 
 
-def _fresh_process_throughput(directory, words, batch_size):
+def _fresh_process_throughput(directory, words, batch_size, precision="float32"):
     with tempfile.TemporaryDirectory() as scratch:
         words_file = Path(scratch) / "words.txt"
         words_file.write_text("\n".join(words) + "\n", encoding="utf-8")
         result_file = Path(scratch) / "result.json"
         code = (
             "import json, sys; sys.path.insert(0, sys.argv[1]); import serving; "
-            "json.dump(serving.throughput(sys.argv[2], sys.argv[3], int(sys.argv[4])), open(sys.argv[5], 'w'))"
+            "json.dump(serving.throughput(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[6]), open(sys.argv[5], 'w'))"
         )
         here = str(Path(__file__).resolve().parent)
         subprocess.run(
-            [sys.executable, "-c", code, here, str(directory), str(words_file), str(batch_size), str(result_file)],
+            [sys.executable, "-c", code, here, str(directory), str(words_file), str(batch_size), str(result_file)]
+            + [precision],
             check=True,
         )
         return json.loads(result_file.read_text())
@@ -123,6 +130,7 @@ def study(args):
 
     import data
     import keras_attention as ka
+    from keras_attention.evaluation import error_rates
     from keras_attention.export import load_vocabulary
 
     run = Path(args.run)
@@ -156,12 +164,14 @@ def study(args):
             formats=["onnx"],
             vocabulary={"source": letters, "target": phones},
             sample_inputs={"pronounce": sample},
+            quantize="int8" if args.int8 else None,
         )
         served = _fresh_process_throughput(directory, words, args.batch_size)
-        same = 0
+        keras_ids = {}
         for batch in length_sorted_batches(words, args.batch_size):
-            keras_ids = np.asarray(beam.predict_on_batch(letters.encode([words[i] for i in batch]))["ids"])[:, 0]
-            same += sum(keras_ids[j].tolist() == served["ids"][words[i]] for j, i in enumerate(batch))
+            ids = np.asarray(beam.predict_on_batch(letters.encode([words[i] for i in batch]))["ids"])[:, 0]
+            keras_ids.update({words[i]: ids[j].tolist() for j, i in enumerate(batch)})
+        same = sum(keras_ids[word] == served["ids"][word] for word in words)
         row = {
             "beam_width": width,
             "wer": rates["wer"],
@@ -172,6 +182,21 @@ def study(args):
             "onnx_end_to_end_words_per_second": served["end_to_end_words_per_second"],
             "same_as_keras": same / len(words),
         }
+        if args.int8:
+            quantized = _fresh_process_throughput(directory, words, args.batch_size, "int8")
+            predictions = [phones.decode(np.array([quantized["ids"][word]]))[0] for word in words]
+            int8_rates = error_rates(predictions, [test[word] for word in words])
+            report = json.loads((directory / "report.json").read_text())["quantized"]["pronounce"]
+            row["int8"] = {
+                "wer": int8_rates["sequence_error_rate"],
+                "per": int8_rates["token_error_rate"],
+                "onnx_words_per_second": quantized["words_per_second"],
+                "onnx_passes": quantized["passes"],
+                "onnx_end_to_end_words_per_second": quantized["end_to_end_words_per_second"],
+                "same_as_keras": sum(keras_ids[word] == quantized["ids"][word] for word in words) / len(words),
+                "bytes": report["bytes"],
+                "float32_bytes": report["float32_bytes"],
+            }
         print(json.dumps(row), flush=True)
         rows.append(row)
     if Path(args.phonetisaurus_model).is_file():

@@ -6,6 +6,7 @@
       saved_model/      one SavedModel, one named signature per exported model
       model.onnx        the `serving_default` signature
       <name>.onnx       every other signature (e.g. `translate.onnx`)
+      *.int8.onnx       optional (`quantize="int8"`): the same with int8 weights
       vocabulary.json   optional: token lists for `run_onnx` (strings in, strings out)
       report.json       the parity report
 
@@ -20,7 +21,7 @@ inside the functions that need them, so importing this package is cheap.
 One module per concern: `layout` (file names and defaults), `report`,
 `models` (loading and the float32 copy), `signatures`, `samples` (the
 verification inputs), `parity`, `onnx` (conversion and its diagnostics),
-`directories` (safe placement), `exporter` (`export_model`), `vocabulary`,
+`quantize` (the int8 copies), `directories` (safe placement), `exporter` (`export_model`), `vocabulary`,
 `serving` (`run_onnx`, `translate_texts`), and the two commands: `cli`
 (`keras-attention-export`) and `serve_cli` (`keras-attention-serve`).
 """
@@ -34,6 +35,8 @@ from keras_attention.export.layout import (
     FORMATS,
     MAX_OPSET,
     MIN_OPSET,
+    PRECISIONS,
+    QUANTIZATIONS,
     REPORT_FILE,
     SAVED_MODEL_DIR,
     VOCABULARY_FILE,
@@ -49,6 +52,8 @@ __all__ = [
     "FORMATS",
     "MAX_OPSET",
     "MIN_OPSET",
+    "PRECISIONS",
+    "QUANTIZATIONS",
     "REPORT_FILE",
     "SAVED_MODEL_DIR",
     "VOCABULARY_FILE",

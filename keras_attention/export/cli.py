@@ -7,7 +7,15 @@ import sys
 from pathlib import Path
 
 from keras_attention.export.exporter import export_model
-from keras_attention.export.layout import DEFAULT_OPSET, DEFAULT_SIGNATURE, FORMATS, MAX_OPSET, MIN_OPSET, REPORT_FILE
+from keras_attention.export.layout import (
+    DEFAULT_OPSET,
+    DEFAULT_SIGNATURE,
+    FORMATS,
+    MAX_OPSET,
+    MIN_OPSET,
+    QUANTIZATIONS,
+    REPORT_FILE,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,6 +68,11 @@ def main(argv=None):
     parser.add_argument("--sample-inputs", help="JSON file: a list of {input name: nested list} batches to verify on")
     parser.add_argument("--no-verify", action="store_true", help="skip the parity check (checker and load still run)")
     parser.add_argument("--atol", type=float, default=1e-4)
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZATIONS,
+        help="also write each ONNX file with int8 weights (NAME.int8.onnx); its size and distance from Keras are reported",
+    )
     parser.add_argument("--report", help=f"also write the JSON report here (always written to OUT_DIR/{REPORT_FILE})")
     args = parser.parse_args(argv)
 
@@ -83,6 +96,7 @@ def main(argv=None):
             sample_inputs=sample_inputs,
             vocabulary=args.vocabulary,
             atol=args.atol,
+            quantize=args.quantize,
         )
         if args.report:
             report.to_json(args.report)

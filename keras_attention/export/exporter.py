@@ -27,6 +27,7 @@ from keras_attention.export.layout import (
 from keras_attention.export.models import _as_models, _exportable_copy
 from keras_attention.export.onnx import _export_onnx
 from keras_attention.export.parity import _check_parity, _record
+from keras_attention.export.quantize import _check_quantize, _quantize_int8, _quantized_outputs
 from keras_attention.export.report import ExportError, ExportReport
 from keras_attention.export.samples import _generated_batches, _sample_batches
 from keras_attention.export.signatures import _make_signature
@@ -64,6 +65,7 @@ def export_model(
     atol=1e-4,
     shapes=DEFAULT_SHAPES,
     seed=0,
+    quantize=None,
 ):
     """Export a model (or several, as named signatures) to SavedModel and ONNX, verified against Keras.
 
@@ -108,6 +110,13 @@ def export_model(
         atol: allowed max absolute difference of float outputs.
         shapes: (batch, length) pairs of the generated inputs.
         seed: seed of the generated inputs.
+        quantize: None, or "int8": also write each ONNX signature with
+            int8 weights (onnxruntime's dynamic quantization of the matrix
+            products), as `model.int8.onnx` / `<name>.int8.onnx` beside the
+            float32 file (`run_onnx(..., precision="int8")` serves it). Its
+            size and its outputs' distance from Keras are reported in
+            `report.quantized`, not held to `atol`: quantization changes
+            the numbers, and whether that matters is measured on your data.
 
     Returns:
         An `ExportReport` (also written to `directory/report.json`).
@@ -135,6 +144,7 @@ def export_model(
     started = time.perf_counter()
     formats = _check_formats(formats)
     opset = _check_opset(opset)
+    quantize = _check_quantize(quantize, formats)
     if not isinstance(atol, (int, float)) or isinstance(atol, bool) or atol < 0:
         raise ValueError(f"`atol` must be a number >= 0; got {atol!r}.")
     if not shapes or any(len(s) != 2 or min(s) < 1 for s in shapes):
@@ -201,6 +211,7 @@ def export_model(
             shapes,
             seed,
             atol,
+            quantize,
             report,
         )
         if vocabulary is not None:
@@ -230,7 +241,19 @@ def _versions():
 
 
 def _write_and_verify(
-    signatures, staging, directory, formats, opset, verify, sample_inputs, vocabulary, shapes, seed, atol, report
+    signatures,
+    staging,
+    directory,
+    formats,
+    opset,
+    verify,
+    sample_inputs,
+    vocabulary,
+    shapes,
+    seed,
+    atol,
+    quantize,
+    report,
 ):
     import tensorflow as tf
 
@@ -256,6 +279,21 @@ def _write_and_verify(
             sessions[signature.name] = _export_onnx(signature, function, staging / _onnx_file(signature.name), opset)
             report.paths["onnx"][signature.name] = str(directory / _onnx_file(signature.name))
         report.timings_s["onnx"] = round(time.perf_counter() - begin, 3)
+
+    quantized = {}
+    if quantize:
+        begin = time.perf_counter()
+        for signature in signatures:
+            source = staging / _onnx_file(signature.name)
+            target = staging / _onnx_file(signature.name, quantize)
+            quantized[signature.name] = _quantize_int8(source, target, signature.name)
+            report.quantized[signature.name] = {
+                "precision": quantize,
+                "path": str(directory / target.name),
+                "bytes": target.stat().st_size,
+                "float32_bytes": source.stat().st_size,
+            }
+        report.timings_s["quantize"] = round(time.perf_counter() - begin, 3)
 
     if not verify:
         report.notes.append("verify=False: no parity measured.")
@@ -289,11 +327,16 @@ def _write_and_verify(
             ]
             _record(report, signature, "saved_model", expected, actual, atol)
         if signature.name in sessions:
-            session = sessions[signature.name]
-            names = [o.name for o in session.get_outputs()]
-            actual = [
-                dict(zip(names, session.run(None, dict(zip(signature.input_names, arrays))))) for arrays in batches
-            ]
-            _record(report, signature, "onnx", expected, actual, atol)
+            _record(report, signature, "onnx", expected, _run_session(sessions, signature, batches), atol)
+        if signature.name in quantized:
+            actual = _run_session(quantized, signature, batches)
+            report.quantized[signature.name]["outputs"] = _quantized_outputs(signature, expected, actual)
     report.timings_s["verify"] = round(time.perf_counter() - begin, 3)
     _check_parity(report)
+
+
+def _run_session(sessions, signature, batches):
+    """[{output name: array}] of the signature's onnxruntime session on each batch."""
+    session = sessions[signature.name]
+    names = [o.name for o in session.get_outputs()]
+    return [dict(zip(names, session.run(None, dict(zip(signature.input_names, arrays))))) for arrays in batches]

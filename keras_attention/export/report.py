@@ -44,7 +44,10 @@ class ExportReport:
     {"shape", "dtype"}}, "outputs": {...}}}; `parity`: one `ParityRow` per
     signature, format and output; `batches`: the input shapes verified;
     `timings_s`: seconds per stage; `notes`: silent changes such as the float32
-    copy of a mixed-precision model.
+    copy of a mixed-precision model; `quantized` (with `quantize="int8"`):
+    {signature: {"precision", "path", "bytes", "float32_bytes", "outputs":
+    {output: {"max_abs_diff"} for floats, {"rows_identical"} (the share of
+    examples whose output is identical to Keras's) for integers}}}.
     """
 
     directory: str
@@ -56,6 +59,7 @@ class ExportReport:
     batches: dict = dataclasses.field(default_factory=dict)
     timings_s: dict = dataclasses.field(default_factory=dict)
     notes: list = dataclasses.field(default_factory=list)
+    quantized: dict = dataclasses.field(default_factory=dict)
     versions: dict = dataclasses.field(default_factory=dict)
 
     @property
@@ -108,6 +112,18 @@ class ExportReport:
             "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]
         ]
         lines.insert(1, "  ".join("-" * width for width in widths))
+        for name, entry in self.quantized.items():
+            measured = ", ".join(
+                f"{output} {value['max_abs_diff']:.3g} max |diff|"
+                if "max_abs_diff" in value
+                else f"{output} {value['rows_identical']:.1%} rows identical"
+                for output, value in entry.get("outputs", {}).items()
+            )
+            lines.append(
+                f"{entry['precision']} {name}: {entry['bytes'] / 1e6:.2f} MB "
+                f"(float32 {entry['float32_bytes'] / 1e6:.2f} MB)"
+                + (f"; against Keras: {measured}" if measured else "")
+            )
         return "\n".join(lines)
 
     def markdown(self):

@@ -3,6 +3,7 @@ onnxruntime on JSON inputs; print what it computed and its latency.
 
     keras-attention-serve OUT_DIR [--signature translate] --inputs '{"source": ["March 3, 2001"]}'
         [--inputs-file INPUTS.json] [--runs 100] [--warmup 5] [--threads N] [--json] [--all-outputs]
+        [--precision int8]
     keras-attention-serve OUT_DIR --signature pronounce --texts words.txt [--batch-size 256]
 
 By default a model that outputs `ids` (with a `vocabulary.json` in OUT_DIR)
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_attention.export.cli import _Parser, error_line
-from keras_attention.export.layout import DEFAULT_SIGNATURE
+from keras_attention.export.layout import DEFAULT_SIGNATURE, PRECISIONS
 from keras_attention.export.serving import _OnnxSignature, translate_texts
 
 
@@ -60,6 +61,12 @@ def _parse_args(argv=None):
     parser.add_argument("--runs", type=int, default=100, help="timed runs after the one that prints (0: no timing)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs before the timed ones")
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="float32",
+        help="int8: the quantized copy (NAME.int8.onnx) an export with --quantize int8 wrote",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     parser.add_argument(
         "--all-outputs", action="store_true", help="also print every output tensor (alignments, scores, ...)"
@@ -146,10 +153,15 @@ def main(argv=None):
         if args.texts is not None:
             texts = _read_texts(args.texts)
             decoded = translate_texts(
-                args.out_dir, texts, signature=args.signature, batch_size=args.batch_size, threads=args.threads
+                args.out_dir,
+                texts,
+                signature=args.signature,
+                batch_size=args.batch_size,
+                threads=args.threads,
+                precision=args.precision,
             )
         else:
-            model = _OnnxSignature(args.out_dir, args.signature, args.threads)
+            model = _OnnxSignature(args.out_dir, args.signature, args.threads, args.precision)
             feeds = model.feeds(_read_inputs(args))
             outputs = model.run(feeds)
             result = {"outputs": outputs, "text": model.texts(outputs)}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_attention.export.layout import DEFAULT_SIGNATURE, VOCABULARY_FILE, _onnx_file
+from keras_attention.export.layout import DEFAULT_SIGNATURE, PRECISIONS, VOCABULARY_FILE, _onnx_file
 from keras_attention.export.onnx import _session
 from keras_attention.export.vocabulary import _is_text, decode_ids, encode_strings, load_vocabulary
 
@@ -119,6 +119,21 @@ def _embedding_rows(path):
     return rows
 
 
+def _onnx_path(directory, signature, precision):
+    """The ONNX file of `signature` at `precision`, or an error saying what the directory has."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"`precision` must be one of {list(PRECISIONS)}; got {precision!r}.")
+    path = Path(directory) / _onnx_file(signature, precision)
+    if not path.is_file():
+        available = sorted(p.name for p in Path(directory).glob("*.onnx")) if Path(directory).is_dir() else []
+        hint = " (export with quantize='int8' to write it)" if precision != "float32" else ""
+        raise FileNotFoundError(
+            f"no ONNX file {str(path)!r} for signature {signature!r} at precision {precision!r}{hint}; "
+            f"found {available or 'none'} in {str(directory)!r}."
+        )
+    return path
+
+
 class _OnnxSignature:
     """One signature of an export, loaded in onnxruntime: `feeds` checks and
     tokenises inputs, `run` runs the model once, `texts` detokenises ids.
@@ -127,14 +142,9 @@ class _OnnxSignature:
     repeated runs of the same feeds.
     """
 
-    def __init__(self, directory, signature=DEFAULT_SIGNATURE, threads=None):
+    def __init__(self, directory, signature=DEFAULT_SIGNATURE, threads=None, precision="float32"):
         directory = Path(directory)
-        self.path = directory / _onnx_file(signature)
-        if not self.path.is_file():
-            available = sorted(p.name for p in directory.glob("*.onnx")) if directory.is_dir() else []
-            raise FileNotFoundError(
-                f"no ONNX file {str(self.path)!r} for signature {signature!r}; found {available or 'none'} in {str(directory)!r}."
-            )
+        self.path = _onnx_path(directory, signature, precision)
         self.directory, self.signature = directory, signature
         self.vocabulary = load_vocabulary(directory) if (directory / VOCABULARY_FILE).is_file() else None
         self.session = _session(self.path, threads)
@@ -191,13 +201,15 @@ class _OnnxSignature:
         }
 
 
-def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, threads=None):
+def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, threads=None, precision="float32"):
     """Run an exported ONNX signature once with onnxruntime.
 
     `inputs` is {input name: array or nested list}; with a `vocabulary.json`
     next to the model, strings (or lists of strings) are tokenised
     character-wise, and a bare string or list of strings feeds a model's only
     input. Integer outputs named `ids` (or `..._ids`) are also detokenised.
+    `precision="int8"` runs the quantized copy an export with
+    `quantize="int8"` wrote beside the float32 file.
 
     Returns {"inputs": {name: shape fed}, "outputs": {name: array}, "text":
     {name: strings}}. Timing is not its business: the serve command
@@ -216,19 +228,19 @@ def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, threads=None):
     print(result["text"]["ids"])  # ["2001-03-03"]
     ```
     """
-    model = _OnnxSignature(directory, signature, threads)
+    model = _OnnxSignature(directory, signature, threads, precision)
     feeds = model.feeds(inputs)
     outputs = model.run(feeds)
     return {"inputs": {n: list(v.shape) for n, v in feeds.items()}, "outputs": outputs, "text": model.texts(outputs)}
 
 
-def translate_texts(directory, texts, signature=DEFAULT_SIGNATURE, batch_size=256, threads=None):
+def translate_texts(directory, texts, signature=DEFAULT_SIGNATURE, batch_size=256, threads=None, precision="float32"):
     """Decode `texts` with an exported sequence model through onnxruntime.
 
     The model's only input is fed the texts tokenised with the export's
     `vocabulary.json`, in batches of similar length; its `ids` output
     (`(B, L)`, or `(B, K, L)` beams: the best is taken) is detokenised.
-    Returns one string per text, in order.
+    Returns one string per text, in order. `precision` as in `run_onnx`.
 
     Example:
 
@@ -238,9 +250,7 @@ def translate_texts(directory, texts, signature=DEFAULT_SIGNATURE, batch_size=25
     ```
     """
     directory = Path(directory)
-    path = directory / _onnx_file(signature)
-    if not path.is_file():
-        raise FileNotFoundError(f"no ONNX file {str(path)!r} for signature {signature!r}.")
+    path = _onnx_path(directory, signature, precision)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer; got {batch_size!r}.")
     if not (directory / VOCABULARY_FILE).is_file():

@@ -1,0 +1,95 @@
+"""int8 dynamic quantization of exported ONNX files, and how far the
+quantized outputs move from Keras's.
+
+onnxruntime's dynamic quantizer stores the weights of every matrix product
+with a constant operand as int8 and quantizes the activations that meet
+them at run time; products of two activations (attention scores, the
+weighted sum of values) and everything else stay float32. The float32 file
+is kept beside the int8 one: it is the reference, and the one export parity
+is checked on. Quantization changes the numbers by design, so the int8
+file's differences from Keras are measured and reported, not held to the
+export tolerance: whether they matter is a question of accuracy on the
+user's data (the G2P serving study measures it on CMUdict).
+"""
+
+import logging
+
+import numpy as np
+
+from keras_attention.export.layout import QUANTIZATIONS
+from keras_attention.export.report import ExportError
+
+# The quantizable ops tf2onnx emits for these models; `Gather` (embedding
+# lookups) is left in float32: it saves size but no time.
+_QUANTIZED_OPS = ["MatMul", "Gemm", "LSTM"]
+
+
+def _check_quantize(quantize, formats):
+    if quantize is None:
+        return None
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(f"`quantize` must be None or one of {list(QUANTIZATIONS)}; got {quantize!r}.")
+    if "onnx" not in formats:
+        raise ValueError(f"`quantize={quantize!r}` quantizes the ONNX files, but `formats` is {list(formats)}.")
+    return quantize
+
+
+class _QuietRoot(logging.Filter):
+    """onnxruntime's quantizer warns on the root logger about every tensor
+    whose type it cannot infer (loop-carried values) and suggests a
+    pre-processing step that does not handle loops: neither is actionable."""
+
+    def filter(self, record):
+        return record.levelno > logging.WARNING
+
+
+def _quantize_int8(float_path, int8_path, signature_name):
+    """Write the int8 copy of `float_path` and return its onnxruntime session."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from keras_attention.export.onnx import _session
+
+    quiet, root = _QuietRoot(), logging.getLogger()
+    root.addFilter(quiet)  # consulted for records logged on the root logger only
+    try:
+        quantize_dynamic(
+            str(float_path),
+            str(int8_path),
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            op_types_to_quantize=_QUANTIZED_OPS,
+        )
+        return _session(int8_path)
+    except Exception as error:
+        raise ExportError(
+            f"signature {signature_name!r}: int8 quantization failed ({type(error).__name__}: {error}). Nothing was written."
+        ) from error
+    finally:
+        root.removeFilter(quiet)
+
+
+def _quantized_outputs(signature, expected, actual):
+    """{output: measure} of the int8 outputs against Keras's: floats by
+    their max |diff| (finite values only), integer outputs by the share of
+    examples whose whole output row is identical."""
+    measures = {}
+    for name, dtype in zip(signature.output_names, signature.output_dtypes):
+        pairs = [(np.asarray(got[name]), np.asarray(want[name])) for got, want in zip(actual, expected)]
+        if dtype.startswith(("int", "uint", "bool")):
+            same = sum(int(_rows_identical(g, w).sum()) for g, w in pairs)
+            total = sum(len(w) for _, w in pairs)
+            measures[name] = {"rows_identical": same / total if total else 1.0}
+        else:
+            both = [np.isfinite(g) & np.isfinite(w) for g, w in pairs]
+            diff = max((float(np.max(np.abs(g - w)[ok], initial=0.0)) for (g, w), ok in zip(pairs, both)), default=0.0)
+            measures[name] = {"max_abs_diff": diff}
+    return measures
+
+
+def _rows_identical(got, want):
+    """Per example, whether two integer outputs agree everywhere; a decode
+    that ran a different number of steps has another length: that row differs."""
+    if got.shape != want.shape:
+        shape = np.maximum(got.shape, want.shape)
+        got, want = (np.pad(a, [(0, n - m) for n, m in zip(shape, a.shape)], constant_values=-1) for a in (got, want))
+    return np.all((got == want).reshape(len(got), -1), axis=1)
