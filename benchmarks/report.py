@@ -290,6 +290,18 @@ def markdown(results):
             f"{b['onnxruntime']}x (onnxruntime), {b['saved_model']}x (SavedModel).",
             "",
         ]
+        q = s.get("int8")
+        if q:
+            sizes = ", ".join(
+                f"{name} {q['bytes'][name] / 1e6:.2f} MB (float32 {q['float32_bytes'][name] / 1e6:.2f} MB)"
+                for name in q["bytes"]
+            )
+            out += [
+                f'int8 (`quantize="int8"`) against float32 through onnxruntime (p50): '
+                f"{q['speedup_vs_float32_p50']['greedy']}x greedy, {q['speedup_vs_float32_p50']['beam5']}x beam 5; "
+                f"{sizes}; same ids as float32 on the date: {q['same_ids_as_float32']}. {q['note']}.",
+                "",
+            ]
         if s.get("profile"):
             ort, tfp = s["profile"]["onnxruntime"], s["profile"]["saved_model"]
             out += [

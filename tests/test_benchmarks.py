@@ -36,10 +36,14 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     assert decoder["best_vs_best"]["vs_plain_keras"] > 0
     assert sections["memory"]["max_abs_diff_vs_naive"] <= 1e-5
     assert sections["serving"]["same_ids_all_paths"]
+    int8 = sections["serving"]["int8"]
+    assert all(int8["bytes"][name] < int8["float32_bytes"][name] for name in ("translate", "translate_beam"))
+    assert {"onnxruntime_int8", "onnxruntime_beam5_int8"} <= set(sections["serving"]["latency_ms"])
     assert all(r["speedup_vs_keras"] > 0 for r in sections["mha"]["mha"])
     assert set(sections["g2p"]["decoder_step"]) == {"input_feeding", "luong", "no_attention"}
 
     markdown = (tmp_path / "results.md").read_text()
     assert markdown.startswith("# keras-attention benchmarks")
+    assert 'int8 (`quantize="int8"`) against float32' in markdown
     for heading in ("## Targets", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7."):
         assert heading in markdown

@@ -42,7 +42,9 @@ def quantization_bound(x, weights):
     int8 step: sum_k |x_k| dw_j / 2 + |W_kj| dx / 2 + dx dw_j / 4."""
     dx = (max(x.max(), 0.0) - min(x.min(), 0.0)) / 255.0
     dw = np.abs(weights).max(axis=0) / 127.0 * 1.01  # 1% for the quantizer's own range convention
-    return np.abs(x) @ (np.ones_like(weights) * dw / 2) + np.abs(weights).sum(0) * dx / 2 + weights.shape[0] * dx * dw / 4
+    return (
+        np.abs(x) @ (np.ones_like(weights) * dw / 2) + np.abs(weights).sum(0) * dx / 2 + weights.shape[0] * dx * dw / 4
+    )
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +125,9 @@ def test_bad_quantize_and_precision_values_are_named(dense_export, tmp_path):
     model = dense_export["model"]
     with pytest.raises(ValueError, match=r"`quantize` must be None or one of \['int8'\]; got 'int4'"):
         export_model(model, tmp_path / "a", quantize="int4")
-    with pytest.raises(ValueError, match=r"`quantize='int8'` quantizes the ONNX files, but `formats` is \['saved_model'\]"):
+    with pytest.raises(
+        ValueError, match=r"`quantize='int8'` quantizes the ONNX files, but `formats` is \['saved_model'\]"
+    ):
         export_model(model, tmp_path / "b", formats=["saved_model"], quantize="int8")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     with pytest.raises(ValueError, match=r"`precision` must be one of \['float32', 'int8'\]; got 'fp16'"):
