@@ -9,6 +9,7 @@ search of one's own.
 """
 
 from keras_attention.decoding.beam_search import (
+    LENGTH_CONVENTIONS,
     beam_search,
     candidate_scores,
     coverage_penalty,
@@ -21,6 +22,7 @@ from keras_attention.decoding.beams import beam_rows, gather_beams, gather_tree,
 from keras_attention.decoding.greedy import greedy_search, sampling_search
 
 __all__ = [
+    "LENGTH_CONVENTIONS",
     "beam_rows",
     "beam_search",
     "candidate_scores",

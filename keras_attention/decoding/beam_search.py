@@ -16,6 +16,7 @@ from keras_attention.decoding.beams import gather_beams, reorder_beams, tile_bat
 from keras_attention.layers import _checks
 
 __all__ = [
+    "LENGTH_CONVENTIONS",
     "beam_search",
     "candidate_scores",
     "coverage_penalty",
@@ -110,7 +111,9 @@ def extend_hypotheses(log_probs, step_log_probs, finished, end_token):
     return ops.maximum(ops.expand_dims(log_probs, -1) + step_log_probs, _loop.NEG_INF)
 
 
-def candidate_scores(total, finished, lengths, end_token, length_penalty_weight, penalty=None):
+def candidate_scores(
+    total, finished, lengths, end_token, length_penalty_weight, penalty=None, length_convention="default"
+):
     """GNMT score of every extension: `total / lp(length) + cp` (Wu et al. 2016).
 
         score[b, k, v] = total[b, k, v] / lp(lengths[b, k] + running[b, k])
@@ -121,6 +124,12 @@ def candidate_scores(total, finished, lengths, end_token, length_penalty_weight,
     token) keeps its length. The coverage penalty applies to hypotheses that
     end, at this step or before.
 
+    `length_convention="tfa"` scores as `tfa.seq2seq.BeamSearchDecoder` did:
+    the end token is not counted at the step it is chosen (`lp(lengths[b,
+    k] + running[b, k] * (v != end_token))`; the stored length counts it
+    from the next step on) and the coverage penalty applies to hypotheses
+    that ended at an earlier step only.
+
     Args:
         total: float `(batch, width, vocabulary)`, from `extend_hypotheses`.
         finished: bool `(batch, width)`.
@@ -130,6 +139,7 @@ def candidate_scores(total, finished, lengths, end_token, length_penalty_weight,
         penalty: float `(batch, width)` from `coverage_penalty` (with this
             step's alignment in the coverage), or None for no coverage
             penalty.
+        length_convention: "default" or "tfa" (see above).
 
     Returns:
         float32 `(batch, width, vocabulary)`.
@@ -143,14 +153,28 @@ def candidate_scores(total, finished, lengths, end_token, length_penalty_weight,
     # lp(2) = 7 / 6: [[[-2 / (7 / 6) - 0.5, -3 / (7 / 6)]]] = [[[-2.2143, -2.5714]]]
     ```
     """
-    running = ops.cast(ops.logical_not(finished), "int32")
-    candidate_lengths = ops.expand_dims(ops.cast(lengths, "int32") + running, -1)
+    length_convention = _check_length_convention("candidate_scores", length_convention)
+    is_end = ops.equal(ops.arange(ops.shape(total)[-1], dtype="int32"), end_token)
+    running = ops.expand_dims(ops.logical_not(finished), -1)
+    if length_convention == "tfa":
+        running = ops.logical_and(running, ops.logical_not(is_end))
+    candidate_lengths = ops.expand_dims(ops.cast(lengths, "int32"), -1) + ops.cast(running, "int32")
     scores = total / length_penalty(candidate_lengths, length_penalty_weight)
     if penalty is None:
         return scores
-    is_end = ops.equal(ops.arange(ops.shape(total)[-1], dtype="int32"), end_token)
-    ends_here = ops.logical_or(ops.expand_dims(finished, -1), is_end)
+    ends_here = ops.expand_dims(finished, -1)
+    if length_convention == "default":
+        ends_here = ops.logical_or(ends_here, is_end)
     return scores + ops.where(ends_here, ops.expand_dims(penalty, -1), 0.0)
+
+
+LENGTH_CONVENTIONS = ("default", "tfa")
+
+
+def _check_length_convention(owner, value):
+    if value not in LENGTH_CONVENTIONS:
+        raise ValueError(f"{owner}: `length_convention` must be one of {list(LENGTH_CONVENTIONS)}; got {value!r}.")
+    return value
 
 
 def select_candidates(scores, total, finished, lengths, end_token, pad_token):
@@ -255,6 +279,7 @@ def beam_search(
     pad_token=None,
     return_alignments=True,
     early_stopping=False,
+    length_convention="default",
 ):
     """Beam search inside the graph, as `tfa.seq2seq.BeamSearchDecoder` did.
 
@@ -304,6 +329,13 @@ def beam_search(
             as they stand, without an end token and with `lengths` counting
             their tokens so far, as at `max_length`. False (default): run
             until every beam has ended or `max_length`.
+        length_convention: "default": `|y|` counts the end token from the
+            step it is chosen, so a finished hypothesis keeps one score.
+            "tfa": `tfa.seq2seq.BeamSearchDecoder`'s bookkeeping, for the
+            same hypotheses and ranking as a tfa model with a length or
+            coverage penalty: the end token is counted from the step after
+            it is chosen, and the coverage penalty applies from that step
+            (`candidate_scores`). Without either penalty both are the same.
 
     Returns:
         A dict, beams sorted best first: `ids (batch, beam, max_length)`,
@@ -326,6 +358,7 @@ def beam_search(
     )
     end_token, pad_token = _loop.check_tokens(end_token, pad_token)
     early_stopping = _checks.check_bool("beam_search", "early_stopping", early_stopping)
+    length_convention = _check_length_convention("beam_search", length_convention)
     width = beam_width
     batch = _loop.batch_size_of(start_tokens, initial_state)
     first_ids = ops.repeat(_loop.start_ids(start_tokens, batch), width, axis=0)
@@ -346,7 +379,9 @@ def beam_search(
             if _loop.is_carried(coverage):
                 coverage = coverage + alignment
                 penalty = coverage_penalty(coverage, coverage_penalty_weight)
-        scores = candidate_scores(total, finished, beams["lengths"], end_token, length_penalty_weight, penalty)
+        scores = candidate_scores(
+            total, finished, beams["lengths"], end_token, length_penalty_weight, penalty, length_convention
+        )
         chosen = select_candidates(scores, total, finished, beams["lengths"], end_token, pad_token)
         parents = chosen.pop("parents")
         tokens = chosen.pop("tokens")
