@@ -6,13 +6,8 @@ and export to TensorFlow SavedModel and ONNX.
 """
 
 from keras_attention import batching, decoding, evaluation, losses, models, ops, text
-from keras_attention.cells import (
-    AttentionDecoder,
-    AttentionGRUCell,
-    AttentionLSTMCell,
-    AttentionWrapper,
-    InferenceDecoder,
-)
+from keras_attention.cells import AttentionGRUCell, AttentionLSTMCell, AttentionWrapper
+from keras_attention.decoders import AttentionDecoder, InferenceDecoder
 from keras_attention.export import export_model
 from keras_attention.layers import (
     AdditiveAttention,
