@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import keras_attention as ka
-from keras_attention.layers import _checks
+from keras_attention import _checks
 
 # Each layer with the config keys (beyond name, trainable, dtype) it wrote
 # before the layers shared a base: saved models hold exactly these.

@@ -10,8 +10,8 @@ itself ("hard" mode) runs in linear time.
 import keras
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention._precision import softmax_dtype
-from keras_attention.layers import _checks
 from keras_attention.layers.additive import AdditiveAttention
 from keras_attention.layers.dot import dot_scores
 from keras_attention.layers.general import GeneralAttention

@@ -1,0 +1,97 @@
+"""The package's public names, and the boundaries between its subpackages."""
+
+import ast
+import importlib
+from pathlib import Path
+
+import keras_attention
+
+PACKAGE_DIR = Path(keras_attention.__file__).parent
+ROOT = PACKAGE_DIR.parent
+
+
+def _is_private(part):
+    return part.startswith("_") and not part.startswith("__")
+
+
+def _package_of(module):
+    """The package a module belongs to (a package belongs to itself)."""
+    path = ROOT.joinpath(*module.split("."))
+    return module if path.is_dir() else module.rpartition(".")[0]
+
+
+def _is_module(dotted):
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.is_dir() or path.with_suffix(".py").is_file()
+
+
+def _crossing(importer, dotted):
+    """Why `importer` may not use `dotted` (a keras_attention name), or None if it may.
+
+    A private module (`keras_attention._checks`, `keras_attention.decoding._loop`)
+    serves the package that holds it and that package's subpackages; a private
+    name inside a module (`keras_attention.ops._helper`) serves its own
+    package only.
+    """
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if not _is_private(part):
+            continue
+        holder = ".".join(parts[:i])
+        if not _is_module(holder):
+            return None  # an attribute of an object (a method), not a module's name
+        here = _package_of(importer)
+        if _is_module(f"{holder}.{part}"):
+            owner = _package_of(holder)
+            allowed = here == owner or here.startswith(owner + ".")
+        else:
+            allowed = here == _package_of(holder)
+        if not allowed:
+            return f"{importer} uses {'.'.join(parts[: i + 1])}"
+    return None
+
+
+def _uses(module, tree):
+    """Every keras_attention name `module` imports or reaches through an imported module."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("keras_attention"):
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                yield f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("keras_attention"):
+                    names[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else "keras_attention"
+                    yield alias.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            chain = []
+            while isinstance(node, ast.Attribute):
+                chain.append(node.attr)
+                node = node.value
+            if isinstance(node, ast.Name) and node.id in names:
+                yield ".".join([names[node.id], *reversed(chain)])
+
+
+def test_no_private_name_crosses_a_package_boundary():
+    crossings = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for dotted in _uses(module, ast.parse(path.read_text())):
+            reason = _crossing(module, dotted)
+            if reason:
+                crossings.append(reason)
+    assert crossings == []
+
+
+def test_the_boundary_check_sees_a_crossing():
+    # The check above must be able to fail.
+    assert _crossing("keras_attention.cells.base", "keras_attention.decoding._loop.NEG_INF")
+    assert _crossing("keras_attention.cells.wrapper", "keras_attention.ops._helper")
+    assert _crossing("keras_attention.layers.hard", "keras_attention.ops._helper")
+    assert _crossing("keras_attention.decoding.beams", "keras_attention.decoding._loop.NEG_INF") is None
+    assert _crossing("keras_attention.cells.base", "keras_attention._checks.static_shape") is None
+    assert _crossing("keras_attention.cells.base", "keras_attention._checks._is_real")
+    assert _crossing("keras_attention.export.exporter", "keras_attention.export.directories._check_target") is None
+    assert importlib.import_module("keras_attention.decoding").NEG_INF < -1e37
