@@ -76,7 +76,7 @@ class SelfAttention(WeightSettings, AttentionLayer):
     Args:
         units: size `u` of the queries, keys and values (and of the output).
         score: an unbuilt score layer of this library with no dropout of its
-            own (`AdditiveAttention(units=8)`, `DotAttention(scale=True)`,
+            own (`AdditiveAttention(units=8)`, `DotAttention(use_scale=True)`,
             ...), or one of the names "scaled_dot", "dot", "general" and
             "additive" (an `AdditiveAttention` with `units` hidden units). It
             takes this layer's dtype policy; named scores take its
