@@ -4,10 +4,106 @@ import ast
 import importlib
 from pathlib import Path
 
+import pytest
+
 import keras_attention
+
+# keras_attention.__all__ on main before `keras_attention.decoders` (computed
+# once from that tree). The public set grows only by a deliberate edit here
+# (a new layer in layers.__all__ reaches the top level and fails this test
+# until it is added).
+PUBLIC_NAMES = {
+    "AdditiveAttention",
+    "AttentionDecoder",
+    "AttentionGRUCell",
+    "AttentionLSTMCell",
+    "AttentionLayer",
+    "AttentionPooling",
+    "AttentionWrapper",
+    "BahdanauMonotonicAttention",
+    "BaseAttention",
+    "ConcatAttention",
+    "DotAttention",
+    "GeneralAttention",
+    "HardAttention",
+    "InferenceDecoder",
+    "LuongMonotonicAttention",
+    "MultiHeadAttention",
+    "PointerAttention",
+    "PointerNetwork",
+    "ScaledDotAttention",
+    "SelfAttention",
+    "SequenceLoss",
+    "TargetedAttention",
+    "batching",
+    "decoding",
+    "evaluation",
+    "export_model",
+    "losses",
+    "masked_softmax",
+    "models",
+    "ops",
+    "plot_attention",
+    "sequence_loss",
+    "sequence_mask",
+    "text",
+}
+SUBPACKAGES = [
+    "keras_attention.cells",
+    "keras_attention.decoders",
+    "keras_attention.decoding",
+    "keras_attention.export",
+    "keras_attention.layers",
+    "keras_attention.models",
+    "keras_attention.ops",
+    "keras_attention.losses",
+    "keras_attention.plot",
+    "keras_attention.text",
+    "keras_attention.batching",
+    "keras_attention.evaluation",
+]
 
 PACKAGE_DIR = Path(keras_attention.__file__).parent
 ROOT = PACKAGE_DIR.parent
+
+
+def test_the_public_set_is_the_one_before_plus_decoders():
+    assert len(keras_attention.__all__) == len(set(keras_attention.__all__)), "no name twice"
+    assert set(keras_attention.__all__) == PUBLIC_NAMES | {"decoders"}
+
+
+def test_every_public_name_exists_and_is_the_subpackages_object():
+    for name in keras_attention.__all__:
+        assert hasattr(keras_attention, name), name
+    from keras_attention import cells, decoders, layers
+
+    for module in (layers, decoders):
+        for name in module.__all__:
+            assert getattr(keras_attention, name) is getattr(module, name), name
+    for name in ("AttentionGRUCell", "AttentionLSTMCell", "AttentionWrapper"):
+        assert getattr(keras_attention, name) is getattr(cells, name)
+
+
+def test_layers_and_decoders_reach_the_top_level_through_their_all():
+    # A mechanism is registered once, in layers/__init__.py: the top level
+    # takes every name of layers.__all__ (and decoders.__all__).
+    from keras_attention import decoders, layers
+
+    assert set(layers.__all__) | set(decoders.__all__) <= set(keras_attention.__all__)
+
+
+@pytest.mark.parametrize("name", SUBPACKAGES)
+def test_each_subpackage_all_names_exist(name):
+    module = importlib.import_module(name)
+    assert module.__all__, name
+    assert len(module.__all__) == len(set(module.__all__)), name
+    missing = [entry for entry in module.__all__ if not hasattr(module, entry)]
+    assert missing == []
+
+
+def test_every_subpackage_is_listed():
+    packages = {".".join(path.relative_to(ROOT).parts[:-1]) for path in PACKAGE_DIR.glob("*/__init__.py")}
+    assert packages <= set(SUBPACKAGES)
 
 
 def _is_private(part):
