@@ -7,6 +7,7 @@ what Keras resolves first; the module path written beside it changed
 """
 
 import json
+import warnings
 import zipfile
 
 import keras
@@ -118,10 +119,14 @@ def test_a_file_written_with_the_old_module_paths_loads_with_the_same_outputs(tm
 
 
 @pytest.mark.parametrize("name", ["AttentionDecoder", "InferenceDecoder"])
-def test_the_old_cells_attribute_warns_and_still_works(name):
+def test_the_old_cells_attribute_warns_and_still_works(name, monkeypatch):
+    monkeypatch.delitem(vars(cells), name, raising=False)  # kept there after a first use
     with pytest.warns(DeprecationWarning, match=f"keras_attention.decoders.{name}"):
         moved = getattr(cells, name)
     assert moved is getattr(decoders, name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert getattr(cells, name) is moved, "one warning, then the name is kept"
     assert name not in cells.__all__
     with pytest.raises(AttributeError, match="NoSuchCell"):
         cells.NoSuchCell  # noqa: B018

@@ -33,5 +33,8 @@ def __getattr__(name):
             DeprecationWarning,
             stacklevel=2,
         )
-        return getattr(decoders, name)
+        # Kept here after the first use: `from keras_attention.cells import X`
+        # looks the name up twice, and one warning is enough.
+        globals()[name] = getattr(decoders, name)
+        return globals()[name]
     raise AttributeError(f"module 'keras_attention.cells' has no attribute {name!r}")
