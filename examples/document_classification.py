@@ -112,10 +112,16 @@ def plot_word_attention(document, key, word_weights, title, path):
     """Rows are sentences, columns word positions; each cell is labelled with its word."""
     weights = word_weights[: len(document), :MAX_WORDS]
     rows = [f"{'key ' if s in key else ''}s{s + 1}" for s in range(len(document))]
-    figure = ka.plot_attention(weights, [str(w + 1) for w in range(MAX_WORDS)], rows, title=title, annotate=False)
+    figure = ka.plot_attention(
+        weights,
+        [str(w + 1) for w in range(MAX_WORDS)],
+        rows,
+        title=title,
+        annotate=False,
+        xlabel="word position",
+        ylabel="sentence",
+    )
     axes = figure.axes[0]
-    axes.set_xlabel("word position")
-    axes.set_ylabel("sentence")
     for s, sentence in enumerate(document):
         for w, word in enumerate(sentence):
             colour = "black" if weights[s, w] > 0.6 else "white"
@@ -126,9 +132,9 @@ def plot_word_attention(document, key, word_weights, title, path):
 
 def plot_sentence_attention(document, key, sentence_weights, title, path):
     columns = [f"{'key ' if s in key else ''}s{s + 1}" for s in range(len(document))]
-    figure = ka.plot_attention(sentence_weights[None, : len(document)], columns, ["document"], title=title)
-    figure.axes[0].set_xlabel("sentence")
-    figure.axes[0].set_ylabel("")
+    figure = ka.plot_attention(
+        sentence_weights[None, : len(document)], columns, ["document"], title=title, xlabel="sentence", ylabel=""
+    )
     figure.savefig(path, dpi=150)
     return path
 

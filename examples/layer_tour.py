@@ -48,7 +48,7 @@ def make_data(samples, rng):
 def layers_to_try():
     return {
         "AdditiveAttention": ka.AdditiveAttention(16),
-        "DotAttention": ka.DotAttention(scale=True),
+        "DotAttention": ka.DotAttention(use_scale=True),
         "ScaledDotAttention": ka.ScaledDotAttention(),
         "GeneralAttention": ka.GeneralAttention(),
         "ConcatAttention": ka.ConcatAttention(units=16),

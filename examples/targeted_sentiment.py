@@ -330,11 +330,10 @@ def plot_sentence(predictions, attention_model, mode, example_rows, examples, en
             rows.append(np.asarray(weights, np.float32)[k, : len(words)])
             part_name = "" if mode == "vanilla" else f" / {part}"
             labels.append(f"{name}: {LABELS[label]}, predicted {LABELS[predicted[k]]}{part_name}")
-    figure = ka.plot_attention(np.stack(rows), words, labels, title=f"TargetedAttention, {mode}")
-    # plot_attention sizes the figure by its cells; these row labels are long.
-    width, height = figure.get_size_inches()
-    figure.set_size_inches(width + 0.07 * max(map(len, labels)), height + 0.8)
-    figure.tight_layout()
+    # plot_attention's default size (a third of an inch per cell), widened
+    # for these long row labels.
+    figsize = (max(4.0, 0.32 * len(words) + 2.2) + 0.07 * max(map(len, labels)), max(3.0, 0.32 * len(rows) + 1.6) + 0.8)
+    figure = ka.plot_attention(np.stack(rows), words, labels, title=f"TargetedAttention, {mode}", figsize=figsize)
     figure.savefig(path, dpi=150)
     return path
 

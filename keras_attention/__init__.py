@@ -3,34 +3,18 @@
 Every layer is a registered, serialisable `keras.layers.Layer` written with
 `keras.ops` only, so models that use them save to `.keras`, compile with XLA
 and export to TensorFlow SavedModel and ONNX.
+
+The top-level names come from the subpackages' `__all__`: every layer of
+`keras_attention.layers` and both decoders of `keras_attention.decoders`, so
+a mechanism is added to `layers/__init__.py` only; the cells, the losses, the
+models and the ops are picked by name below.
 """
 
-from keras_attention import batching, decoding, evaluation, losses, models, ops, text
-from keras_attention.cells import (
-    AttentionDecoder,
-    AttentionGRUCell,
-    AttentionLSTMCell,
-    AttentionWrapper,
-    InferenceDecoder,
-)
+from keras_attention import batching, decoders, decoding, evaluation, layers, losses, models, ops, text
+from keras_attention.cells import AttentionGRUCell, AttentionLSTMCell, AttentionWrapper
+from keras_attention.decoders import *  # noqa: F403  (decoders.__all__)
 from keras_attention.export import export_model
-from keras_attention.layers import (
-    AdditiveAttention,
-    AttentionLayer,
-    AttentionPooling,
-    BahdanauMonotonicAttention,
-    BaseAttention,
-    ConcatAttention,
-    DotAttention,
-    GeneralAttention,
-    HardAttention,
-    LuongMonotonicAttention,
-    MultiHeadAttention,
-    PointerAttention,
-    ScaledDotAttention,
-    SelfAttention,
-    TargetedAttention,
-)
+from keras_attention.layers import *  # noqa: F403  (layers.__all__)
 from keras_attention.losses import SequenceLoss, sequence_loss
 from keras_attention.models import PointerNetwork
 from keras_attention.ops import masked_softmax, sequence_mask
@@ -39,29 +23,13 @@ from keras_attention.plot import plot_attention
 __version__ = "0.1.0"
 
 __all__ = [
-    "AdditiveAttention",
-    "AttentionDecoder",
-    "AttentionLayer",
     "AttentionGRUCell",
     "AttentionLSTMCell",
     "AttentionWrapper",
-    "InferenceDecoder",
-    "AttentionPooling",
-    "BahdanauMonotonicAttention",
-    "BaseAttention",
-    "ConcatAttention",
-    "DotAttention",
-    "GeneralAttention",
-    "HardAttention",
-    "LuongMonotonicAttention",
-    "MultiHeadAttention",
-    "PointerAttention",
     "PointerNetwork",
-    "ScaledDotAttention",
-    "SelfAttention",
     "SequenceLoss",
-    "TargetedAttention",
     "batching",
+    "decoders",
     "decoding",
     "evaluation",
     "export_model",
@@ -74,3 +42,5 @@ __all__ = [
     "sequence_mask",
     "text",
 ]
+__all__ += layers.__all__
+__all__ += decoders.__all__

@@ -15,7 +15,7 @@ import math
 import keras
 import numpy as np
 
-from keras_attention.layers import _checks
+from keras_attention import _checks
 from keras_attention.text import pad_sequences
 
 __all__ = ["LengthBucketedBatches"]

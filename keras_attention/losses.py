@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attention.layers import _checks
+from keras_attention import _checks
 
 __all__ = ["SequenceLoss", "sequence_loss"]
 

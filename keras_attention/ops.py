@@ -10,8 +10,9 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention._precision import softmax_dtype
-from keras_attention.layers import _checks
+from keras_attention._reductions import max_along, positive_axis
 
 __all__ = ["masked_softmax", "safe_cumprod", "sequence_mask"]
 
@@ -71,53 +72,14 @@ def masked_softmax(scores, mask=None, axis=-1):
     logits = ops.where(mask, logits, finite_min)
     # Subtracting the maximum does not change the softmax, so its gradient is
     # not needed; stopping it also keeps ties in the max from leaking gradient.
-    logits = logits - ops.stop_gradient(_max_along(logits, axis, finite_min))
+    logits = logits - ops.stop_gradient(max_along(logits, axis, finite_min))
     unnormalised = ops.exp(logits) * ops.cast(mask, work_dtype)
-    total = ops.sum(unnormalised, axis=_positive_axis(unnormalised, axis), keepdims=True)
+    total = ops.sum(unnormalised, axis=positive_axis(unnormalised, axis), keepdims=True)
     # A row with no valid position has total == 0; dividing by a tiny positive
     # number instead keeps its weights (and their gradients) exactly zero.
     tiny = ops.cast(np.finfo(work_dtype).tiny, work_dtype)
     weights = unnormalised / ops.maximum(total, tiny)
     return ops.cast(weights, out_dtype)
-
-
-# Empty inputs (a batch of 0, a memory of length 0) must also run once a
-# model is exported to ONNX, where three things break on them:
-# - onnxruntime's reductions leave an empty tensor unreduced when the axis
-#   is given as negative: reductions here name their axis from the front;
-# - tf2onnx turns a max over the last axis of a rank-3 tensor into a
-#   GlobalMaxPool, which onnxruntime refuses for any empty axis but the
-#   batch: the max is taken with one more trailing axis, which it leaves;
-# - the max of an empty axis has no value (Keras's eager `max` refuses it):
-#   one more entry of the finite minimum is padded in, which changes nothing
-#   for a non-empty axis.
-
-
-def _positive_axis(x, axis):
-    return axis % len(x.shape)
-
-
-def _pad_one(x, axis, value):
-    """`x` with one more entry of `value` at the end of `axis`."""
-    padding = [[0, 0]] * len(x.shape)
-    padding[_positive_axis(x, axis)] = [0, 1]
-    return ops.pad(x, padding, constant_values=value)
-
-
-def _max_along(x, axis, floor):
-    """`max(x, axis, keepdims=True)`, and `floor` for an empty axis."""
-    axis = _positive_axis(x, axis)
-    padded = ops.expand_dims(_pad_one(x, axis, floor), -1)
-    return ops.squeeze(ops.max(padded, axis=axis, keepdims=True, initial=floor), -1)
-
-
-def any_along(mask, axis=-1, keepdims=False):
-    """`ops.any(mask, axis)`, false for an empty axis, also once exported to ONNX."""
-    # One zero entry is padded in, so no runtime ever reduces an empty axis
-    # (whose sum onnxruntime need not define).
-    counts = _pad_one(ops.cast(mask, "float32"), axis, 0.0)
-    total = ops.sum(counts, axis=_positive_axis(counts, axis), keepdims=keepdims)
-    return ops.greater(total, 0.0)
 
 
 def sequence_mask(lengths, maxlen=None):

@@ -45,6 +45,23 @@ def _check_labels(argument, tokens, expected, axis):
     return tokens
 
 
+def _check_figsize(figsize, source_length, target_length):
+    if figsize is None:
+        # About a third of an inch per cell keeps 30 x 30 maps' labels legible.
+        cell = 0.32
+        return max(4.0, cell * source_length + 2.2), max(3.0, cell * target_length + 1.6)
+    try:
+        width, height = (float(size) for size in figsize)
+        valid = width > 0 and height > 0 and np.isfinite([width, height]).all()
+    except (TypeError, ValueError):
+        valid = False
+    if not valid:
+        raise ValueError(
+            f"plot_attention: `figsize` must be (width, height) in inches, two positive numbers; got {figsize!r}."
+        )
+    return width, height
+
+
 def plot_attention(
     weights,
     source_tokens=None,
@@ -54,6 +71,9 @@ def plot_attention(
     cmap="viridis",
     annotate=None,
     dpi=150,
+    xlabel="source",
+    ylabel="target",
+    figsize=None,
 ):
     """Draw attention weights as a heat-map, one row per output token.
 
@@ -74,6 +94,9 @@ def plot_attention(
         annotate: write each weight in its cell; default: when the map has at
             most 15 x 15 cells.
         dpi: resolution of the written PNG.
+        xlabel, ylabel: the axis titles ("" for none).
+        figsize: `(width, height)` in inches; default: about a third of an
+            inch per cell (at least 4 x 3), plus room for the labels.
 
     Returns:
         The `matplotlib.figure.Figure` (not attached to pyplot, so it works on
@@ -95,16 +118,18 @@ def plot_attention(
     if annotate is None:
         annotate = max(weights.shape) <= 15
 
-    # About a third of an inch per cell keeps 30 x 30 maps' labels legible.
-    cell = 0.32
-    figure = Figure(figsize=(max(4.0, cell * source_length + 2.2), max(3.0, cell * target_length + 1.6)))
+    figsize = _check_figsize(figsize, source_length, target_length)
+    for argument, label in (("xlabel", xlabel), ("ylabel", ylabel)):
+        if not isinstance(label, str):
+            raise ValueError(f'plot_attention: `{argument}` must be a string ("" for none); got {label!r}.')
+    figure = Figure(figsize=figsize)
     axes = figure.add_subplot()
     image = axes.imshow(weights, cmap=cmap, vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
     font_size = 9 if max(weights.shape) <= 30 else 7
     axes.set_xticks(range(source_length), labels=source_tokens, rotation=90, fontsize=font_size)
     axes.set_yticks(range(target_length), labels=target_tokens, fontsize=font_size)
-    axes.set_xlabel("source")
-    axes.set_ylabel("target")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
     if title:
         axes.set_title(title)
     if annotate:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_attention.layers import _checks
+from keras_attention import _checks
 
 __all__ = ["Vocabulary", "n_best"]
 

@@ -32,7 +32,7 @@ CASES = [
     Case("additive", lambda **kw: ka.AdditiveAttention(5, use_bias=True, **kw), reference.additive_scores),
     Case("additive_normalized", lambda **kw: ka.AdditiveAttention(5, normalize=True, **kw), reference.additive_scores),
     Case("dot", lambda **kw: ka.DotAttention(**kw), reference.dot_scores, same_dims=True),
-    Case("dot_scaled", lambda **kw: ka.DotAttention(scale=True, **kw), reference.dot_scores, same_dims=True),
+    Case("dot_scaled", lambda **kw: ka.DotAttention(use_scale=True, **kw), reference.dot_scores, same_dims=True),
     Case("scaled_dot", lambda **kw: ka.ScaledDotAttention(**kw), reference.scaled_dot_scores, same_dims=True),
     Case("general", lambda **kw: ka.GeneralAttention(**kw), reference.general_scores),
     Case("concat_linear", lambda **kw: ka.ConcatAttention(**kw), reference.concat_scores),

@@ -188,7 +188,7 @@ _TABLE = {
     "additive": _score(lambda dtype: ka.AdditiveAttention(3, use_bias=True, dtype=dtype)),
     "additive_normalized": _score(lambda dtype: ka.AdditiveAttention(3, normalize=True, dtype=dtype)),
     "dot": _score(lambda dtype: ka.DotAttention(dtype=dtype)),
-    "dot_scaled": _score(lambda dtype: ka.DotAttention(scale=True, dtype=dtype)),
+    "dot_scaled": _score(lambda dtype: ka.DotAttention(use_scale=True, dtype=dtype)),
     "scaled_dot": _score(lambda dtype: ka.ScaledDotAttention(dtype=dtype)),
     "general": _score(lambda dtype: ka.GeneralAttention(dtype=dtype)),
     "concat_linear": _score(lambda dtype: ka.ConcatAttention(dtype=dtype)),
@@ -198,7 +198,7 @@ _TABLE = {
     "hard_sample": _score(lambda dtype: ka.HardAttention("general", mode="sample", seed=1, dtype=dtype), "hard"),
     "bahdanau_monotonic": _score(lambda dtype: ka.BahdanauMonotonicAttention(3, dtype=dtype), "at_most_one"),
     "luong_monotonic": _score(
-        lambda dtype: ka.LuongMonotonicAttention(scale=True, mode="recursive", dtype=dtype), "at_most_one"
+        lambda dtype: ka.LuongMonotonicAttention(use_scale=True, mode="recursive", dtype=dtype), "at_most_one"
     ),
     "multi_head": _multi_head(explicit=False),
     "multi_head_weights": _multi_head(explicit=True),

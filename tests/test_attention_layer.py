@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import keras_attention as ka
-from keras_attention.layers import _checks
+from keras_attention import _checks
 
 # Each layer with the config keys (beyond name, trainable, dtype) it wrote
 # before the layers shared a base: saved models hold exactly these.
@@ -25,7 +25,7 @@ LAYERS = {
             "bias_regularizer",
         ],
     ),
-    "DotAttention": (lambda: ka.DotAttention(), ["dropout", "seed", "scale"]),
+    "DotAttention": (lambda: ka.DotAttention(), ["dropout", "seed", "use_scale"]),
     "ScaledDotAttention": (lambda: ka.ScaledDotAttention(), ["dropout", "seed"]),
     "GeneralAttention": (
         lambda: ka.GeneralAttention(),
@@ -55,7 +55,7 @@ LAYERS = {
     ),
     "LuongMonotonicAttention": (
         lambda: ka.LuongMonotonicAttention(),
-        ["seed", "kernel_initializer", "kernel_regularizer", "sigmoid_noise", "score_bias_init", "mode", "scale"],
+        ["seed", "kernel_initializer", "kernel_regularizer", "sigmoid_noise", "score_bias_init", "mode", "use_scale"],
     ),
     "AttentionPooling": (
         lambda: ka.AttentionPooling(4),

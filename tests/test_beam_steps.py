@@ -9,6 +9,7 @@ import pytest
 
 import keras_attention
 from keras_attention.decoding import (
+    NEG_INF,
     beam_rows,
     candidate_scores,
     coverage_penalty,
@@ -20,7 +21,6 @@ from keras_attention.decoding import (
     select_candidates,
     write_step,
 )
-from keras_attention.decoding._loop import NEG_INF
 
 LOG_THIRD = np.log(1 / 3)
 

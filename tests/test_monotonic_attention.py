@@ -18,7 +18,7 @@ B, TQ, TS, DQ, DK, DV = 3, 4, 6, 4, 3, 5
 MODES = ["parallel", "recursive", "hard"]
 VARIANTS = {
     "bahdanau": lambda **kw: ka.BahdanauMonotonicAttention(5, normalize=True, **kw),
-    "luong": lambda **kw: ka.LuongMonotonicAttention(scale=True, **kw),
+    "luong": lambda **kw: ka.LuongMonotonicAttention(use_scale=True, **kw),
 }
 
 
@@ -391,7 +391,7 @@ def test_wrapper_with_luong_monotonic_matches_step_reference(mode):
     rng = np.random.default_rng(6)
     inputs, memory, mask = cell_data(rng)
     wrapper = ka.AttentionWrapper(
-        keras.layers.GRUCell(6), ka.LuongMonotonicAttention(scale=True, mode=mode), attention_layer_size=4
+        keras.layers.GRUCell(6), ka.LuongMonotonicAttention(use_scale=True, mode=mode), attention_layer_size=4
     )
     decoder = ka.AttentionDecoder(wrapper, return_state=True, return_alignments=True)
     decoder(inputs, memory)
@@ -438,7 +438,7 @@ def seq2seq(kind, vocabulary=12, units=8, with_alignments=True, **attention_kwar
     else:
         cell = ka.AttentionWrapper(
             keras.layers.GRUCell(units),
-            ka.LuongMonotonicAttention(scale=True, **attention_kwargs),
+            ka.LuongMonotonicAttention(use_scale=True, **attention_kwargs),
             attention_layer_size=units,
         )
     decoded = ka.AttentionDecoder(cell, return_alignments=with_alignments, name="decoder")(

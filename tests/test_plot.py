@@ -65,3 +65,43 @@ def test_missing_matplotlib_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(ImportError, match=r"pip install 'keras-attention-decoders\[plot\]'"):
         plot_attention(np.ones((1, 1)))
+
+
+def test_default_axis_titles_and_size_are_unchanged():
+    figure = plot_attention(np.full((3, 5), 0.2))
+    assert figure.axes[0].get_xlabel() == "source"
+    assert figure.axes[0].get_ylabel() == "target"
+    # Four inches by three at least, a third of an inch per cell beyond that.
+    np.testing.assert_allclose(figure.get_size_inches(), [4.0, 3.0])
+    np.testing.assert_allclose(plot_attention(np.eye(20)).get_size_inches(), [0.32 * 20 + 2.2, 0.32 * 20 + 1.6])
+
+
+def test_axis_titles_and_figure_size_can_be_given(tmp_path):
+    path = tmp_path / "labelled.png"
+    figure = plot_attention(
+        np.full((2, 4), 0.25), xlabel="word position", ylabel="", figsize=(7.5, 2.5), path=str(path), dpi=100
+    )
+    assert figure.axes[0].get_xlabel() == "word position"
+    assert figure.axes[0].get_ylabel() == ""
+    np.testing.assert_allclose(figure.get_size_inches(), [7.5, 2.5])
+    # The PNG is written at that size: 7.5 x 2.5 inches at 100 dpi.
+    header = path.read_bytes()[16:24]
+    assert (int.from_bytes(header[:4], "big"), int.from_bytes(header[4:], "big")) == (750, 250)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(figsize=(0, 3)), r"`figsize` must be \(width, height\) in inches, two positive numbers; got \(0, 3\)"),
+        (dict(figsize=(4, 3, 2)), r"`figsize` must be .*; got \(4, 3, 2\)"),
+        (dict(figsize=5), r"`figsize` must be .*; got 5"),
+        (dict(figsize=(4, float("nan"))), r"`figsize` must be .*; got \(4, nan\)"),
+        (dict(xlabel=None), r"`xlabel` must be a string \(\"\" for none\); got None"),
+        (dict(ylabel=3), r"`ylabel` must be a string \(\"\" for none\); got 3"),
+    ],
+)
+def test_bad_labels_and_sizes(arguments, message, tmp_path):
+    path = tmp_path / "never.png"
+    with pytest.raises(ValueError, match=message):
+        plot_attention(np.ones((2, 2)) / 2, path=str(path), **arguments)
+    assert not path.exists()

@@ -107,7 +107,7 @@ CONFIGS = {
 # A score passed as a layer: its reference and its own size differ from `units`.
 LAYER_SCORES = {
     "additive_layer": (lambda: AdditiveAttention(6, use_bias=True), "additive"),
-    "dot_scale_layer": (lambda: DotAttention(scale=True), "dot"),
+    "dot_scale_layer": (lambda: DotAttention(use_scale=True), "dot"),
 }
 
 
@@ -380,7 +380,7 @@ def test_gradients_match_finite_differences_in_float64(kwargs):
     "kwargs",
     [
         dict(score="additive", causal=True, window=4, regularization_weight=0.2, use_bias=True),
-        dict(score=DotAttention(scale=True), window=3, dropout=0.1, seed=4),
+        dict(score=DotAttention(use_scale=True), window=3, dropout=0.1, seed=4),
         dict(score="general", kernel_initializer="he_normal", bias_initializer="ones", use_bias=True),
     ],
     ids=["additive_causal_window", "dot_layer", "general"],

@@ -40,7 +40,7 @@ def attention_layers_model():
     cross = {
         "AdditiveAttention": ka.AdditiveAttention(DIM, use_bias=True),
         "AdditiveAttention_normalize": ka.AdditiveAttention(DIM, normalize=True),
-        "DotAttention": ka.DotAttention(scale=True),
+        "DotAttention": ka.DotAttention(use_scale=True),
         "ScaledDotAttention": ka.ScaledDotAttention(),
         "GeneralAttention": ka.GeneralAttention(),
         "ConcatAttention_linear": ka.ConcatAttention(),

@@ -23,7 +23,7 @@ import threading
 import keras
 from keras import ops
 
-from keras_attention.layers import _checks
+from keras_attention import _checks
 from keras_attention.layers.base import BaseAttention
 
 __all__ = ["AttentionCell", "AttentionMemory"]
@@ -51,9 +51,9 @@ def _bindings():
 
 def check_memory(owner, memory, mask):
     """`memory (B, Ts, d)` and `mask (B, Ts)`; returns the memory's static shape."""
-    shape = _checks._shape(memory.shape)
+    shape = _checks.static_shape(memory.shape)
     if len(shape) != 3:
-        raise ValueError(f"{_checks._name(owner)}: `memory` must have rank 3 (batch, Ts, d); got shape {shape}.")
+        raise ValueError(f"{_checks.owner_name(owner)}: `memory` must have rank 3 (batch, Ts, d); got shape {shape}.")
     if mask is not None:
         _checks.check_mask_shape(owner, "memory_mask", mask, shape[:2], "(batch, Ts)")
     return shape
@@ -235,7 +235,7 @@ class AttentionCell(keras.layers.Layer):
                 f"{type(self).__name__}: `initial_state` must hold {counts} tensor(s) "
                 f"(sizes {sizes}); got {len(recurrent_states)}."
             )
-        batch = _checks._shape(memory.values.shape)[0]
+        batch = _checks.static_shape(memory.values.shape)[0]
         for index, (state, size) in enumerate(zip(recurrent_states, sizes)):
             # A state of another batch or size fails deep inside the first
             # step otherwise.

@@ -1,8 +1,8 @@
 """What the attention GRU and LSTM cells share: units, gate kernels, output and config."""
 
+from keras_attention import _checks
+from keras_attention._weights import WeightSettings
 from keras_attention.cells.base import AttentionCell
-from keras_attention.layers import _checks
-from keras_attention.layers._weights import WeightSettings
 
 __all__ = ["GatedAttentionCell"]
 

@@ -5,10 +5,10 @@ import inspect
 import keras
 from keras import ops
 
+from keras_attention import _checks
+from keras_attention._reductions import max_along
+from keras_attention._weights import WeightSettings
 from keras_attention.cells.base import AttentionCell
-from keras_attention.layers import _checks
-from keras_attention.layers._weights import WeightSettings
-from keras_attention.ops import _max_along
 
 __all__ = ["AttentionWrapper"]
 
@@ -57,7 +57,7 @@ def _last_valid_step(sequence, initial, mask):
     else:
         # Positions count from 1, so 0 (no True, or T = 0) picks `initial`.
         positions = ops.arange(1, steps + 1, dtype="int32")
-        index = _max_along(ops.where(ops.cast(mask, "bool"), positions, 0), axis=1, floor=0)
+        index = max_along(ops.where(ops.cast(mask, "bool"), positions, 0), axis=1, floor=0)
     index = ops.broadcast_to(ops.reshape(ops.cast(index, "int32"), (-1, 1, 1)), (batch, 1, ops.shape(sequence)[2]))
     return ops.squeeze(ops.take_along_axis(padded, index, axis=1), 1)
 

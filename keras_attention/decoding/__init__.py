@@ -5,9 +5,12 @@ they compile with XLA and export, loop included, to SavedModel and ONNX.
 Beam search's step is built from functions exported here too
 (`extend_hypotheses`, `coverage_penalty`, `candidate_scores`,
 `select_candidates`, `gather_beams`, `reorder_beams`, `write_step`), for a
-search of one's own.
+search of one's own. `NEG_INF` is the log-probability they give a hypothesis
+that cannot be chosen: finite (half float32's minimum), so sums of it do not
+overflow to `-inf` and a comparison with it stays exact.
 """
 
+from keras_attention.decoding._loop import NEG_INF
 from keras_attention.decoding.beam_search import (
     LENGTH_CONVENTIONS,
     beam_search,
@@ -23,6 +26,7 @@ from keras_attention.decoding.greedy import greedy_search, sampling_search
 
 __all__ = [
     "LENGTH_CONVENTIONS",
+    "NEG_INF",
     "beam_rows",
     "beam_search",
     "candidate_scores",

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attention.layers import _checks
+from keras_attention import _checks
 
 NEG_INF = float(np.finfo("float32").min) / 2  # finite: survives sums without overflow
 ABSENT = ()

@@ -11,9 +11,9 @@ follow the chosen parents). `search_is_decided` is the early-stopping test.
 
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention.decoding import _loop
 from keras_attention.decoding.beams import gather_beams, reorder_beams, tile_batch, write_step
-from keras_attention.layers import _checks
 
 __all__ = [
     "LENGTH_CONVENTIONS",

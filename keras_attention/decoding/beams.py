@@ -9,8 +9,8 @@ converts both).
 import keras
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention.decoding import _loop
-from keras_attention.layers import _checks
 
 __all__ = ["beam_rows", "gather_beams", "gather_tree", "reorder_beams", "tile_batch", "write_step"]
 

@@ -4,8 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention.decoding import _loop
-from keras_attention.layers import _checks
 
 __all__ = ["greedy_search", "sampling_search"]
 

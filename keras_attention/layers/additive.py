@@ -5,8 +5,8 @@ import math
 import keras
 from keras import ops
 
-from keras_attention.layers import _checks
-from keras_attention.layers._weights import WeightSettings
+from keras_attention import _checks
+from keras_attention._weights import WeightSettings
 from keras_attention.layers.base import BaseAttention
 
 __all__ = ["AdditiveAttention", "additive_score", "AUTO_CHUNK_BYTES"]

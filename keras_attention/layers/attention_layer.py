@@ -10,7 +10,7 @@ and multi-head attention) inherit this class directly.
 
 import keras
 
-from keras_attention.layers import _checks
+from keras_attention import _checks
 
 __all__ = ["AttentionLayer"]
 

@@ -16,7 +16,7 @@ keys once per sequence and only the query once per step:
 
 from keras import ops
 
-from keras_attention.layers import _checks
+from keras_attention import _checks
 from keras_attention.layers.attention_layer import AttentionLayer
 from keras_attention.ops import masked_softmax
 

@@ -3,9 +3,9 @@
 import keras
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention._precision import to_score_dtype
-from keras_attention.layers import _checks
-from keras_attention.layers._weights import WeightSettings
+from keras_attention._weights import WeightSettings
 from keras_attention.layers.additive import additive_score, check_chunk_size
 from keras_attention.layers.base import BaseAttention
 

@@ -1,14 +1,16 @@
 """Dot-product attention: Luong's dot score and Vaswani's scaled dot score."""
 
 import math
+import warnings
 
 import keras
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention._precision import to_score_dtype
 from keras_attention.layers.base import BaseAttention
 
-__all__ = ["DotAttention", "ScaledDotAttention", "dot_scores"]
+__all__ = ["DotAttention", "ScaledDotAttention", "dot_scores", "scale_config", "use_scale_argument"]
 
 
 def dot_scores(projected_query, projected_key):
@@ -19,6 +21,37 @@ def dot_scores(projected_query, projected_key):
     """
     projected_query, projected_key = to_score_dtype(projected_query, projected_key)
     return ops.matmul(projected_query, ops.transpose(projected_key, (0, 2, 1)))
+
+
+def use_scale_argument(owner, use_scale, scale):
+    """`use_scale` as a bool, taken from the deprecated `scale` when only that is given.
+
+    `use_scale` is what `keras.layers.Attention` calls the learned scalar;
+    `scale` (this library's name before) still works, with a warning. None
+    for `use_scale` means not given (False).
+    """
+    name = _checks.owner_name(owner)
+    if scale is not None:
+        if use_scale is not None:
+            raise ValueError(
+                f"{name}: `scale` is the deprecated name of `use_scale`; give `use_scale` only; "
+                f"got use_scale={use_scale!r} and scale={scale!r}."
+            )
+        warnings.warn(
+            f"{name}: `scale` is deprecated; use `use_scale={scale!r}` (as keras.layers.Attention names it).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return _checks.check_bool(owner, "scale", scale)
+    return _checks.check_bool(owner, "use_scale", False if use_scale is None else use_scale)
+
+
+def scale_config(config):
+    """`config` with a `scale` entry (configs saved before `use_scale`) renamed, silently."""
+    if "scale" in config and "use_scale" not in config:
+        config = dict(config)
+        config["use_scale"] = config.pop("scale")
+    return config
 
 
 def _check_equal_dims(layer, query_dim, key_dim):
@@ -37,24 +70,27 @@ class DotAttention(BaseAttention):
 
     Score, for a query `q` and each key `k_i` (`dq` must equal `dk`):
 
-        e_i = q^T k_i            (scale=False)
-        e_i = g * q^T k_i        (scale=True, learned scalar g initialised to 1)
+        e_i = q^T k_i            (use_scale=False)
+        e_i = g * q^T k_i        (use_scale=True, learned scalar g initialised to 1)
         alpha = softmax(e) over valid positions,   c = sum_i alpha_i v_i
 
-    `scale=True` matches TensorFlow Addons' `LuongAttention(scale=True)`.
+    `use_scale=True` matches `keras.layers.Attention(use_scale=True)` and
+    TensorFlow Addons' `LuongAttention(scale=True)`.
 
     Paper: Luong, Pham & Manning, "Effective Approaches to Attention-based
     Neural Machine Translation", arXiv:1508.04025.
 
-    Weights: scale `()` (only with `scale=True`).
+    Weights: scale `()` (only with `use_scale=True`).
 
     Shapes: query `(B, d)` or `(B, Tq, d)`, value `(B, Tv, dv)`, key
     `(B, Tv, d)` (default: value); output `(B, dv)` or `(B, Tq, dv)`. See
     `BaseAttention` for masks and the other call arguments.
 
     Args:
-        scale: learn the scalar `g`.
+        use_scale: learn the scalar `g` (default False).
         dropout, seed: dropout on the attention weights in training.
+        scale: deprecated name of `use_scale` (a `DeprecationWarning`);
+            configs saved with it load unchanged.
 
     Example:
 
@@ -66,9 +102,10 @@ class DotAttention(BaseAttention):
     ```
     """
 
-    def __init__(self, scale=False, dropout=0.0, seed=None, **kwargs):
+    def __init__(self, use_scale=None, dropout=0.0, seed=None, scale=None, **kwargs):
+        use_scale = use_scale_argument(self, use_scale, scale)
         super().__init__(dropout=dropout, seed=seed, **kwargs)
-        self.use_scale = bool(scale)
+        self.use_scale = use_scale
 
     def build_score(self, query_dim, key_dim):
         _check_equal_dims(self, query_dim, key_dim)
@@ -84,8 +121,12 @@ class DotAttention(BaseAttention):
 
     def get_config(self):
         config = super().get_config()
-        config["scale"] = self.use_scale
+        config["use_scale"] = self.use_scale
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        return super().from_config(scale_config(config))
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")

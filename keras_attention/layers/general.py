@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_attention._precision import to_score_dtype
-from keras_attention.layers._weights import WeightSettings
+from keras_attention._weights import WeightSettings
 from keras_attention.layers.base import BaseAttention
 from keras_attention.layers.dot import dot_scores
 

@@ -4,9 +4,10 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attention.layers import _checks
+from keras_attention import _checks
+from keras_attention._reductions import any_along, pad_one
 from keras_attention.layers.base import BaseAttention
-from keras_attention.ops import _pad_one, any_along, masked_softmax
+from keras_attention.ops import masked_softmax
 
 __all__ = ["HardAttention"]
 
@@ -144,7 +145,7 @@ class HardAttention(BaseAttention):
         # One masked column after the last gives top_k a column to pick when
         # there is none (an empty memory); it matches no position below.
         # (Ties go to the lowest index, so it never wins over a real one.)
-        _, best = ops.top_k(_pad_one(masked, -1, float(np.finfo("float32").min)), k=1)  # (B, Tq, 1)
+        _, best = ops.top_k(pad_one(masked, -1, float(np.finfo("float32").min)), k=1)  # (B, Tq, 1)
         positions = ops.arange(ops.shape(logits)[-1], dtype=best.dtype)
         one_hot = ops.equal(positions, best)
         any_valid = any_along(mask, axis=-1, keepdims=True)

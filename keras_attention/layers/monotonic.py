@@ -10,10 +10,10 @@ itself ("hard" mode) runs in linear time.
 import keras
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention._precision import softmax_dtype
-from keras_attention.layers import _checks
 from keras_attention.layers.additive import AdditiveAttention
-from keras_attention.layers.dot import dot_scores
+from keras_attention.layers.dot import dot_scores, scale_config, use_scale_argument
 from keras_attention.layers.general import GeneralAttention
 from keras_attention.ops import safe_cumprod
 
@@ -339,15 +339,15 @@ class LuongMonotonicAttention(_Monotonic, GeneralAttention):
 
     Energy, for the query `q` (size `dq`) and each key `k_j` (size `dk`):
 
-        e_j = k_j^T W q            (scale=False)
-        e_j = g * k_j^T W q        (scale=True, learned scalar g initialised to 1)
+        e_j = k_j^T W q            (use_scale=False)
+        e_j = g * k_j^T W q        (use_scale=True, learned scalar g initialised to 1)
 
     tfa's `q^T (W_mem k_j)` with its memory layer `W_mem = W^T` (its `units`
     is the query size, here inferred). The keys are projected once per sequence.
 """
         + _SHARED_DOC
         + """
-    Weights: bilinear_kernel `(dk, dq)` = `W`, scale `()` (with `scale=True`),
+    Weights: bilinear_kernel `(dk, dq)` = `W`, scale `()` (with `use_scale=True`),
     score_bias `()`.
 
     Shapes: query `(B, dq)` or `(B, Tq, dq)`, value `(B, Ts, dv)`, key
@@ -356,17 +356,19 @@ class LuongMonotonicAttention(_Monotonic, GeneralAttention):
     `attend` takes and returns rank-3 tensors, `previous_alignment (B, Tq, Ts)`.
 
     Args:
-        scale: learn the scalar `g`.
+        use_scale: learn the scalar `g` (default False).
         sigmoid_noise: standard deviation (>= 0) of the pre-sigmoid noise in training.
         score_bias_init: initial value of the scalar bias `r`.
         mode: "parallel", "recursive" or "hard".
         kernel_initializer, kernel_regularizer: for `W`.
         seed: seed for the noise.
+        scale: deprecated name of `use_scale` (a `DeprecationWarning`);
+            configs saved with it load unchanged.
 
     Example:
 
     ```python
-    attention = keras_attention.LuongMonotonicAttention(scale=True, score_bias_init=1.0)
+    attention = keras_attention.LuongMonotonicAttention(use_scale=True, score_bias_init=1.0)
     cell = keras_attention.AttentionWrapper(keras.layers.GRUCell(8), attention)
     targets = np.random.rand(2, 4, 5).astype("float32")     # (B, Tt, dy)
     memory = np.random.rand(2, 7, 6).astype("float32")      # (B, Ts, dv)
@@ -387,19 +389,21 @@ class LuongMonotonicAttention(_Monotonic, GeneralAttention):
 
     def __init__(
         self,
-        scale=False,
+        use_scale=None,
         sigmoid_noise=0.0,
         score_bias_init=0.0,
         mode="parallel",
         kernel_initializer="glorot_uniform",
         kernel_regularizer=None,
         seed=None,
+        scale=None,
         **kwargs,
     ):
+        use_scale = use_scale_argument(self, use_scale, scale)
         super().__init__(
             kernel_initializer=kernel_initializer, kernel_regularizer=kernel_regularizer, seed=seed, **kwargs
         )
-        self.use_scale = bool(scale)
+        self.use_scale = use_scale
         self._init_monotonic(sigmoid_noise, score_bias_init, mode, seed)
 
     def build_score(self, query_dim, key_dim):
@@ -417,5 +421,9 @@ class LuongMonotonicAttention(_Monotonic, GeneralAttention):
 
     def get_config(self):
         config = self._monotonic_config(super().get_config())
-        config["scale"] = self.use_scale
+        config["use_scale"] = self.use_scale
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        return super().from_config(scale_config(config))

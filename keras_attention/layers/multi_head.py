@@ -5,12 +5,13 @@ import math
 import keras
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention._precision import to_score_dtype
-from keras_attention.layers import _checks
-from keras_attention.layers._weights import WeightSettings
+from keras_attention._reductions import any_along
+from keras_attention._weights import WeightSettings
 from keras_attention.layers.attention_layer import AttentionLayer
 from keras_attention.layers.base import combine_masks, prepare_call
-from keras_attention.ops import any_along, masked_softmax
+from keras_attention.ops import masked_softmax
 
 __all__ = ["MultiHeadAttention"]
 

@@ -4,9 +4,9 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention._precision import softmax_dtype
-from keras_attention.layers import _checks
-from keras_attention.layers._weights import WeightSettings
+from keras_attention._weights import WeightSettings
 from keras_attention.layers.additive import AdditiveAttention
 from keras_attention.layers.attention_layer import AttentionLayer
 
@@ -127,14 +127,14 @@ class PointerAttention(WeightSettings, AttentionLayer):
     # ---------------------------------------------------------------- checks
 
     def _check_shapes(self, query_shape, memory_shape):
-        query_shape, memory_shape = _checks._shape(query_shape), _checks._shape(memory_shape)
+        query_shape, memory_shape = _checks.static_shape(query_shape), _checks.static_shape(memory_shape)
         if len(query_shape) not in (2, 3):
             raise ValueError(
                 f"PointerAttention: `query` must have rank 2 (batch, dq) or 3 (batch, Tq, dq); got shape {query_shape}."
             )
         if len(memory_shape) != 3:
             raise ValueError(f"PointerAttention: `memory` must have rank 3 (batch, Ts, de); got shape {memory_shape}.")
-        if not _checks._same(query_shape[0], memory_shape[0]):
+        if not _checks.same_dim(query_shape[0], memory_shape[0]):
             raise ValueError(
                 "PointerAttention: `query` and `memory` must have the same batch "
                 f"size; got shapes {query_shape} and {memory_shape}."

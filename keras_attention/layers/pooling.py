@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
-from keras_attention.layers import _checks
-from keras_attention.layers._weights import WeightSettings
+from keras_attention import _checks
+from keras_attention._weights import WeightSettings
 from keras_attention.layers.base import BaseAttention
 from keras_attention.layers.dot import dot_scores
 
@@ -116,7 +116,7 @@ class AttentionPooling(WeightSettings, BaseAttention):
     # ------------------------------------------------------------------ core
 
     def _check_inputs(self, shape):
-        shape = _checks._shape(shape)
+        shape = _checks.static_shape(shape)
         if len(shape) != 3:
             raise ValueError(f"{type(self).__name__}: `inputs` must have rank 3 (batch, T, d); got shape {shape}.")
         return shape

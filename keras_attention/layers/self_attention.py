@@ -3,16 +3,17 @@
 import keras
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention._precision import softmax_dtype
-from keras_attention.layers import _checks
-from keras_attention.layers._weights import WeightSettings
+from keras_attention._reductions import any_along
+from keras_attention._weights import WeightSettings
 from keras_attention.layers.additive import AdditiveAttention
 from keras_attention.layers.attention_layer import AttentionLayer
 from keras_attention.layers.base import BaseAttention, combine_masks
 from keras_attention.layers.dot import DotAttention, ScaledDotAttention
 from keras_attention.layers.general import GeneralAttention
 from keras_attention.layers.hard import HardAttention
-from keras_attention.ops import any_along, masked_softmax
+from keras_attention.ops import masked_softmax
 
 __all__ = ["SelfAttention"]
 
@@ -75,7 +76,7 @@ class SelfAttention(WeightSettings, AttentionLayer):
     Args:
         units: size `u` of the queries, keys and values (and of the output).
         score: an unbuilt score layer of this library with no dropout of its
-            own (`AdditiveAttention(units=8)`, `DotAttention(scale=True)`,
+            own (`AdditiveAttention(units=8)`, `DotAttention(use_scale=True)`,
             ...), or one of the names "scaled_dot", "dot", "general" and
             "additive" (an `AdditiveAttention` with `units` hidden units). It
             takes this layer's dtype policy; named scores take its
@@ -168,7 +169,7 @@ class SelfAttention(WeightSettings, AttentionLayer):
     # ----------------------------------------------------------------- build
 
     def _check_inputs_shape(self, shape):
-        shape = _checks._shape(shape)
+        shape = _checks.static_shape(shape)
         if len(shape) != 3:
             raise ValueError(f"SelfAttention: `inputs` must have rank 3 (batch, T, d); got shape {shape}.")
         return shape
@@ -212,7 +213,7 @@ class SelfAttention(WeightSettings, AttentionLayer):
         return ops.expand_dims(band, 0)
 
     def _check_masks(self, inputs, mask, attention_mask):
-        batch, length = _checks._shape(inputs.shape)[:2]
+        batch, length = _checks.static_shape(inputs.shape)[:2]
         if mask is not None:
             _checks.check_mask_shape(self, "mask", mask, (batch, length), "(batch, T)")
         if attention_mask is not None:

@@ -4,8 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attention.layers import _checks
-from keras_attention.layers._weights import WeightSettings
+from keras_attention import _checks
+from keras_attention._weights import WeightSettings
 from keras_attention.layers.additive import additive_score
 from keras_attention.layers.attention_layer import AttentionLayer
 from keras_attention.ops import masked_softmax
@@ -157,15 +157,15 @@ class TargetedAttention(WeightSettings, AttentionLayer):
     # ------------------------------------------------------------------ checks
 
     def _check_shapes(self, hidden_shape, target_mask_shape, mask_shape=None):
-        hidden_shape = _checks._shape(hidden_shape)
+        hidden_shape = _checks.static_shape(hidden_shape)
         if len(hidden_shape) != 3:
             raise ValueError(f"TargetedAttention: `hidden` must have rank 3 (batch, T, d); got shape {hidden_shape}.")
         expected = hidden_shape[:2]
         for argument, shape in (("target_mask", target_mask_shape), ("hidden_mask", mask_shape)):
             if shape is None:
                 continue
-            shape = _checks._shape(shape)
-            if len(shape) != 2 or not all(_checks._same(a, b) for a, b in zip(shape, expected)):
+            shape = _checks.static_shape(shape)
+            if len(shape) != 2 or not all(_checks.same_dim(a, b) for a, b in zip(shape, expected)):
                 raise ValueError(
                     f"TargetedAttention: `{argument}` must have shape (batch, T) = "
                     f"{expected}, matching `hidden` {hidden_shape}; got shape {shape}."

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attention.layers import _checks
+from keras_attention import _checks
 from keras_attention.layers.pooling import AttentionPooling
 
 __all__ = ["FoldSentences", "UnfoldSentences", "hierarchical_attention_network"]

@@ -3,10 +3,10 @@
 import keras
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention.decoding.beam_search import beam_search
 from keras_attention.decoding.beams import tile_batch
 from keras_attention.decoding.greedy import greedy_search
-from keras_attention.layers import _checks
 from keras_attention.layers.pointer import PointerAttention, logits_dtype
 
 __all__ = ["END", "PointerNetwork"]
@@ -141,17 +141,17 @@ class PointerNetwork(keras.layers.Layer):
         return isinstance(shape, (list, tuple)) and len(shape) > 0 and isinstance(shape[0], (list, tuple))
 
     def _check_shapes(self, inputs_shape, targets_shape=None):
-        inputs_shape = _checks._shape(inputs_shape)
+        inputs_shape = _checks.static_shape(inputs_shape)
         if len(inputs_shape) != 3:
             raise ValueError(f"PointerNetwork: `inputs` must have rank 3 (batch, Ts, d); got shape {inputs_shape}.")
         _checks.check_known_last_dim(self, "inputs", inputs_shape, when="")
         if targets_shape is not None:
-            targets_shape = _checks._shape(targets_shape)
+            targets_shape = _checks.static_shape(targets_shape)
             if len(targets_shape) != 2:
                 raise ValueError(
                     f"PointerNetwork: `targets` must have rank 2 (batch, M) of pointer ids; got shape {targets_shape}."
                 )
-            if not _checks._same(inputs_shape[0], targets_shape[0]):
+            if not _checks.same_dim(inputs_shape[0], targets_shape[0]):
                 raise ValueError(
                     "PointerNetwork: `inputs` and `targets` must have the same batch "
                     f"size; got shapes {inputs_shape} and {targets_shape}."

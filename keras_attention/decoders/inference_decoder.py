@@ -3,9 +3,9 @@
 import keras
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention.cells.base import AttentionMemory, attention_cell
 from keras_attention.decoding import beam_search, greedy_search, sampling_search, tile_batch
-from keras_attention.layers import _checks
 
 __all__ = ["InferenceDecoder"]
 

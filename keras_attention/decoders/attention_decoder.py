@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
+from keras_attention import _checks
 from keras_attention.cells.base import attention_cell, check_memory
-from keras_attention.layers import _checks
 
 __all__ = ["AttentionDecoder"]
 
@@ -100,10 +100,10 @@ class AttentionDecoder(keras.layers.Layer):
 
     def _check_inputs(self, inputs, memory, memory_mask, inputs_mask):
         memory_shape = check_memory(self, memory, memory_mask)
-        inputs_shape = _checks._shape(inputs.shape)
+        inputs_shape = _checks.static_shape(inputs.shape)
         if len(inputs_shape) != 3:
             raise ValueError(f"AttentionDecoder: `inputs` must have rank 3 (batch, Tt, dy); got shape {inputs_shape}.")
-        if not _checks._same(inputs_shape[0], memory_shape[0]):
+        if not _checks.same_dim(inputs_shape[0], memory_shape[0]):
             raise ValueError(
                 "AttentionDecoder: `inputs` and `memory` must have the same batch size; "
                 f"got shapes {inputs_shape} and {memory_shape}."

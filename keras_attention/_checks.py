@@ -1,4 +1,4 @@
-"""Argument checks shared by the layers.
+"""Argument checks shared by the whole library (layers, cells, decoders, decoding, ...).
 
 Every error names the layer (or function), the argument, what it received and
 what was expected, so a user can fix the call without reading our source.
@@ -17,6 +17,7 @@ import keras
 import numpy as np
 
 __all__ = [
+    "check_bool",
     "check_fraction",
     "check_int",
     "check_number",
@@ -28,20 +29,25 @@ __all__ = [
     "check_masks",
     "claim_sublayer",
     "is_int",
+    "owner_name",
     "resolve_layer",
+    "same_dim",
+    "static_shape",
 ]
 
 
-def _name(owner):
+def owner_name(owner):
     """A layer's class name, or the name of the function given as a string."""
     return owner if isinstance(owner, str) else type(owner).__name__
 
 
-def _shape(shape):
+def static_shape(shape):
+    """`shape` as a tuple of Python ints, None where unknown."""
     return tuple(None if d is None else int(d) for d in shape)
 
 
-def _same(a, b):
+def same_dim(a, b):
+    """Whether two static dimensions can be equal (None matches anything)."""
     return a is None or b is None or a == b
 
 
@@ -58,13 +64,13 @@ def check_bool(owner, argument, value):
     """`value` as a Python bool (NumPy bools included)."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    raise ValueError(f"{_name(owner)}: `{argument}` must be True or False; got {value!r}.")
+    raise ValueError(f"{owner_name(owner)}: `{argument}` must be True or False; got {value!r}.")
 
 
 def check_fraction(owner, argument, value):
     """`value` as a float in [0, 1)."""
     if not _is_real(value) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{_name(owner)}: `{argument}` must be a number in [0, 1); got {value!r}.")
+        raise ValueError(f"{owner_name(owner)}: `{argument}` must be a number in [0, 1); got {value!r}.")
     return float(value)
 
 
@@ -76,7 +82,7 @@ def check_int(owner, argument, value, minimum, meaning="an integer", allow_none=
         return int(value)
     bounds = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
     expected = f"{meaning} {bounds}" + (" or None" if allow_none else "")
-    raise ValueError(f"{_name(owner)}: `{argument}` must be {expected}; got {value!r}.")
+    raise ValueError(f"{owner_name(owner)}: `{argument}` must be {expected}; got {value!r}.")
 
 
 def check_positive_int(owner, argument, value, allow_none=False):
@@ -86,7 +92,7 @@ def check_positive_int(owner, argument, value, allow_none=False):
     if is_int(value) and value > 0:
         return int(value)
     expected = "a positive integer or None" if allow_none else "a positive integer"
-    raise ValueError(f"{_name(owner)}: `{argument}` must be {expected}; got {value!r}.")
+    raise ValueError(f"{owner_name(owner)}: `{argument}` must be {expected}; got {value!r}.")
 
 
 def check_number(owner, argument, value, minimum=None, strict=False, allow_none=False):
@@ -107,7 +113,7 @@ def check_number(owner, argument, value, minimum=None, strict=False, allow_none=
         expected += f" {'>' if strict else '>='} {minimum:g}"
     if allow_none:
         expected += " or None"
-    raise ValueError(f"{_name(owner)}: `{argument}` must be {expected}; got {value!r}.")
+    raise ValueError(f"{owner_name(owner)}: `{argument}` must be {expected}; got {value!r}.")
 
 
 def resolve_layer(owner, argument, layer, accepts, expected):
@@ -120,7 +126,7 @@ def resolve_layer(owner, argument, layer, accepts, expected):
     if isinstance(layer, dict):
         layer = keras.saving.deserialize_keras_object(layer)
     if not accepts(layer):
-        raise ValueError(f"{_name(owner)}: `{argument}` must be {expected}; got {layer!r}.")
+        raise ValueError(f"{owner_name(owner)}: `{argument}` must be {expected}; got {layer!r}.")
     return layer
 
 
@@ -136,7 +142,7 @@ def claim_sublayer(owner, argument, layer):
     current = None if record is None else record()
     if current is not None and current is not owner:
         raise ValueError(
-            f"{_name(owner)}: `{argument}` {layer.name!r} already belongs to "
+            f"{owner_name(owner)}: `{argument}` {layer.name!r} already belongs to "
             f"{type(current).__name__} {current.name!r}; one layer cannot serve two "
             f"owners (each would build its own weights into it). Give this one a new "
             f"{type(layer).__name__} (copy values over with `set_weights` if they are "
@@ -148,56 +154,58 @@ def claim_sublayer(owner, argument, layer):
 def check_choice(layer, argument, value, choices):
     if value not in choices:
         raise ValueError(
-            f"{_name(layer)}: unknown `{argument}` {value!r}; expected one of {', '.join(repr(c) for c in choices)}."
+            f"{owner_name(layer)}: unknown `{argument}` {value!r}; expected one of {', '.join(repr(c) for c in choices)}."
         )
 
 
 def check_input_shapes(layer, query_shape, value_shape, key_shape):
-    query_shape, value_shape, key_shape = map(_shape, (query_shape, value_shape, key_shape))
+    query_shape, value_shape, key_shape = map(static_shape, (query_shape, value_shape, key_shape))
     if len(query_shape) not in (2, 3):
         raise ValueError(
-            f"{_name(layer)}: `query` must have rank 2 (batch, dq) or 3 (batch, Tq, dq); got shape {query_shape}."
+            f"{owner_name(layer)}: `query` must have rank 2 (batch, dq) or 3 (batch, Tq, dq); got shape {query_shape}."
         )
     for argument, shape in (("value", value_shape), ("key", key_shape)):
         if len(shape) != 3:
-            raise ValueError(f"{_name(layer)}: `{argument}` must have rank 3 (batch, Tv, d); got shape {shape}.")
-    if not _same(key_shape[1], value_shape[1]):
+            raise ValueError(f"{owner_name(layer)}: `{argument}` must have rank 3 (batch, Tv, d); got shape {shape}.")
+    if not same_dim(key_shape[1], value_shape[1]):
         raise ValueError(
-            f"{_name(layer)}: `key` and `value` must have the same length Tv; "
+            f"{owner_name(layer)}: `key` and `value` must have the same length Tv; "
             f"got key shape {key_shape} and value shape {value_shape}."
         )
     batches = {query_shape[0], value_shape[0], key_shape[0]} - {None}
     if len(batches) > 1:
         raise ValueError(
-            f"{_name(layer)}: `query`, `value` and `key` must have the same batch "
+            f"{owner_name(layer)}: `query`, `value` and `key` must have the same batch "
             f"size; got shapes {query_shape}, {value_shape} and {key_shape}."
         )
 
 
 def check_known_last_dim(owner, argument, shape, when="when the layer is built"):
     """The last dimension of `shape` as an int; weights cannot be sized by a None."""
-    shape = _shape(shape)
+    shape = static_shape(shape)
     if not shape or shape[-1] is None:
         raise ValueError(
-            f"{_name(owner)}: the last dimension of `{argument}` must be known"
+            f"{owner_name(owner)}: the last dimension of `{argument}` must be known"
             f"{' ' + when if when else ''}; got shape {shape}."
         )
     return shape[-1]
 
 
 def check_mask_shape(layer, argument, mask, expected, meaning):
-    shape = _shape(mask.shape)
-    if len(shape) != len(expected) or not all(map(_same, shape, expected)):
-        raise ValueError(f"{_name(layer)}: `{argument}` must have shape {meaning} = {expected}; got shape {shape}.")
+    shape = static_shape(mask.shape)
+    if len(shape) != len(expected) or not all(map(same_dim, shape, expected)):
+        raise ValueError(
+            f"{owner_name(layer)}: `{argument}` must have shape {meaning} = {expected}; got shape {shape}."
+        )
 
 
 def check_masks(layer, query, value, query_mask, value_mask, attention_mask, causal):
-    query_shape, value_shape = _shape(query.shape), _shape(value.shape)
+    query_shape, value_shape = static_shape(query.shape), static_shape(value.shape)
     batch, length_v = value_shape[0], value_shape[1]
     single_query = len(query_shape) == 2
     if single_query and causal:
         raise ValueError(
-            f"{_name(layer)}: `causal=True` needs a rank-3 query (batch, Tq, dq); got a query of shape {query_shape}."
+            f"{owner_name(layer)}: `causal=True` needs a rank-3 query (batch, Tq, dq); got a query of shape {query_shape}."
         )
     if value_mask is not None:
         check_mask_shape(layer, "value_mask", value_mask, (batch, length_v), "(batch, Tv)")

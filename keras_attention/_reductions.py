@@ -1,0 +1,47 @@
+"""Reductions that also run on empty axes, in Keras and once exported to ONNX.
+
+Shared by `ops` (the masked softmax), the layers and the cells.
+"""
+
+from keras import ops
+
+__all__ = ["any_along", "max_along", "pad_one", "positive_axis"]
+
+# Empty inputs (a batch of 0, a memory of length 0) must also run once a
+# model is exported to ONNX, where three things break on them:
+# - onnxruntime's reductions leave an empty tensor unreduced when the axis
+#   is given as negative: reductions here name their axis from the front;
+# - tf2onnx turns a max over the last axis of a rank-3 tensor into a
+#   GlobalMaxPool, which onnxruntime refuses for any empty axis but the
+#   batch: the max is taken with one more trailing axis, which it leaves;
+# - the max of an empty axis has no value (Keras's eager `max` refuses it):
+#   one more entry of the finite minimum is padded in, which changes nothing
+#   for a non-empty axis.
+
+
+def positive_axis(x, axis):
+    """`axis` counted from the front."""
+    return axis % len(x.shape)
+
+
+def pad_one(x, axis, value):
+    """`x` with one more entry of `value` at the end of `axis`."""
+    padding = [[0, 0]] * len(x.shape)
+    padding[positive_axis(x, axis)] = [0, 1]
+    return ops.pad(x, padding, constant_values=value)
+
+
+def max_along(x, axis, floor):
+    """`max(x, axis, keepdims=True)`, and `floor` for an empty axis."""
+    axis = positive_axis(x, axis)
+    padded = ops.expand_dims(pad_one(x, axis, floor), -1)
+    return ops.squeeze(ops.max(padded, axis=axis, keepdims=True, initial=floor), -1)
+
+
+def any_along(mask, axis=-1, keepdims=False):
+    """`ops.any(mask, axis)`, false for an empty axis, also once exported to ONNX."""
+    # One zero entry is padded in, so no runtime ever reduces an empty axis
+    # (whose sum onnxruntime need not define).
+    counts = pad_one(ops.cast(mask, "float32"), axis, 0.0)
+    total = ops.sum(counts, axis=positive_axis(counts, axis), keepdims=keepdims)
+    return ops.greater(total, 0.0)

@@ -1,0 +1,12 @@
+"""Layers that run an attention cell over a sequence: teacher-forced and in-graph decoding.
+
+`AttentionDecoder` runs a cell of `keras_attention.cells` over target inputs
+(teacher forcing, for training); `InferenceDecoder` decodes token ids with the
+same cell inside the graph (greedy, sampling or beam search, from
+`keras_attention.decoding`).
+"""
+
+from keras_attention.decoders.attention_decoder import AttentionDecoder
+from keras_attention.decoders.inference_decoder import InferenceDecoder
+
+__all__ = ["AttentionDecoder", "InferenceDecoder"]
