@@ -27,6 +27,7 @@ BEAM = "# keras-attention: beam inference (continues the training block)"
 SCHEDULED = "# keras-attention: scheduled sampling with a loop of your own (continues the training block)"
 PORTING = "# keras-attention: porting trained tfa weights"
 CUMPROD = "# keras-attention: safe_cumprod"
+TFA_BEAM = "# keras-attention: beam search ranked as tfa.seq2seq.BeamSearchDecoder ranked it"
 OPENNMT = "# keras-attention: an OpenNMT-tf AttentionalRNNDecoder(num_layers=2, num_units=32)"
 
 # The public names of tensorflow_addons/seq2seq/__init__.py in tfa 0.23.0.
@@ -68,7 +69,7 @@ def namespaces(tmp_path_factory):
 
 
 def test_every_runnable_block_is_named_and_ran(namespaces):
-    expected = {TRAINING, GREEDY, BEAM, SCHEDULED, PORTING, CUMPROD, OPENNMT}
+    expected = {TRAINING, GREEDY, BEAM, SCHEDULED, PORTING, CUMPROD, TFA_BEAM, OPENNMT}
     assert set(BLOCKS) == expected, "a block was added, renamed or removed: give it a check here"
     assert set(namespaces) == expected
     # The tfa side is there too, and is never run.
@@ -247,3 +248,11 @@ def test_guide_names_only_what_exists():
         except (AttributeError, ImportError):
             missing.append(name)
     assert not missing, f"the guide names what does not exist: {missing}"
+
+
+def test_the_tfa_beam_block_builds_a_decoder_with_tfas_bookkeeping(namespaces):
+    decoder = namespaces[TFA_BEAM]["decoder"]
+    config = decoder.get_config()
+    assert (config["method"], config["length_convention"], config["length_penalty_weight"]) == ("beam", "tfa", 0.6)
+    result = decoder(np.random.default_rng(0).normal(size=(2, 7, 32)).astype("float32"))
+    assert tuple(result["ids"].shape) == (2, 5, 20)

@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_attention import _checks
 from keras_attention.cells.base import AttentionMemory, attention_cell
-from keras_attention.decoding import beam_search, greedy_search, sampling_search, tile_batch
+from keras_attention.decoding import LENGTH_CONVENTIONS, beam_search, greedy_search, sampling_search, tile_batch
 
 __all__ = ["InferenceDecoder"]
 
@@ -28,6 +28,7 @@ def _beam(decoder, step, initial_state, common):
         length_penalty_weight=decoder.length_penalty_weight,
         coverage_penalty_weight=decoder.coverage_penalty_weight,
         early_stopping=decoder.early_stopping,
+        length_convention=decoder.length_convention,
         **common,
     )
 
@@ -91,6 +92,9 @@ class InferenceDecoder(keras.layers.Layer):
             without a length penalty), the most it could still reach. The
             best beam is the full search's; lower beams may be cut short
             (returned unfinished, as at `max_length`). See `beam_search`.
+        length_convention: "default", or "tfa" for the hypotheses and
+            ranking of `tfa.seq2seq.BeamSearchDecoder` with a length or
+            coverage penalty (its length bookkeeping; see `beam_search`).
         temperature, top_k, seed: sampling.
         output_uses_inputs: feed `[o_t ; x_t]` to `output_layer`.
         return_alignments: keep and return the alignment history. Off, the
@@ -126,6 +130,7 @@ class InferenceDecoder(keras.layers.Layer):
         output_uses_inputs=False,
         return_alignments=True,
         early_stopping=False,
+        length_convention="default",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -145,6 +150,8 @@ class InferenceDecoder(keras.layers.Layer):
         self.temperature = _checks.check_number(self, "temperature", temperature, minimum=0, strict=True)
         self.top_k = _checks.check_positive_int(self, "top_k", top_k, allow_none=True)
         self.early_stopping = _checks.check_bool(self, "early_stopping", early_stopping)
+        _checks.check_choice(self, "length_convention", length_convention, LENGTH_CONVENTIONS)
+        self.length_convention = length_convention
         self.cell = attention_cell(self, cell)
         self.embedding = _layer(self, "embedding", embedding)
         self.output_layer = _layer(self, "output_layer", output_layer)
@@ -235,6 +242,7 @@ class InferenceDecoder(keras.layers.Layer):
                 "output_uses_inputs": self.output_uses_inputs,
                 "return_alignments": self.return_alignments,
                 "early_stopping": self.early_stopping,
+                "length_convention": self.length_convention,
             }
         )
         return config

@@ -153,7 +153,7 @@ def candidate_scores(
     # lp(2) = 7 / 6: [[[-2 / (7 / 6) - 0.5, -3 / (7 / 6)]]] = [[[-2.2143, -2.5714]]]
     ```
     """
-    length_convention = _check_length_convention("candidate_scores", length_convention)
+    _checks.check_choice("candidate_scores", "length_convention", length_convention, LENGTH_CONVENTIONS)
     is_end = ops.equal(ops.arange(ops.shape(total)[-1], dtype="int32"), end_token)
     running = ops.expand_dims(ops.logical_not(finished), -1)
     if length_convention == "tfa":
@@ -169,12 +169,6 @@ def candidate_scores(
 
 
 LENGTH_CONVENTIONS = ("default", "tfa")
-
-
-def _check_length_convention(owner, value):
-    if value not in LENGTH_CONVENTIONS:
-        raise ValueError(f"{owner}: `length_convention` must be one of {list(LENGTH_CONVENTIONS)}; got {value!r}.")
-    return value
 
 
 def select_candidates(scores, total, finished, lengths, end_token, pad_token):
@@ -358,7 +352,7 @@ def beam_search(
     )
     end_token, pad_token = _loop.check_tokens(end_token, pad_token)
     early_stopping = _checks.check_bool("beam_search", "early_stopping", early_stopping)
-    length_convention = _check_length_convention("beam_search", length_convention)
+    _checks.check_choice("beam_search", "length_convention", length_convention, LENGTH_CONVENTIONS)
     width = beam_width
     batch = _loop.batch_size_of(start_tokens, initial_state)
     first_ids = ops.repeat(_loop.start_ids(start_tokens, batch), width, axis=0)
