@@ -8,7 +8,9 @@ namespace the training block left.
 """
 
 import importlib
+import json
 import re
+import shutil
 
 import keras
 import numpy as np
@@ -27,6 +29,7 @@ BEAM = "# keras-attention: beam inference (continues the training block)"
 SCHEDULED = "# keras-attention: scheduled sampling with a loop of your own (continues the training block)"
 PORTING = "# keras-attention: porting trained tfa weights"
 CUMPROD = "# keras-attention: safe_cumprod"
+IMPORT = "# keras-attention: importing a tfa checkpoint"
 TFA_BEAM = "# keras-attention: beam search ranked as tfa.seq2seq.BeamSearchDecoder ranked it"
 OPENNMT = "# keras-attention: an OpenNMT-tf AttentionalRNNDecoder(num_layers=2, num_units=32)"
 
@@ -60,7 +63,10 @@ def namespaces(tmp_path_factory):
     """Every runnable block, run once in the guide's order: {first line: namespace}."""
     keras.utils.set_random_seed(0)
     with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(tmp_path_factory.mktemp("guide"))  # whatever a block writes stays out of the tree
+        work = tmp_path_factory.mktemp("guide")
+        patch.chdir(work)  # whatever a block writes stays out of the tree
+        # The import block reads "training_checkpoints/ckpt": a model tfa trained.
+        shutil.copytree(ROOT / "tests" / "fixtures" / "tfa_seq2seq" / "luong_lstm", work / "training_checkpoints")
         results = {TRAINING: _run(TRAINING, {})}
         for title in BLOCKS:
             if title != TRAINING:
@@ -69,7 +75,7 @@ def namespaces(tmp_path_factory):
 
 
 def test_every_runnable_block_is_named_and_ran(namespaces):
-    expected = {TRAINING, GREEDY, BEAM, SCHEDULED, PORTING, CUMPROD, TFA_BEAM, OPENNMT}
+    expected = {TRAINING, GREEDY, BEAM, SCHEDULED, PORTING, IMPORT, CUMPROD, TFA_BEAM, OPENNMT}
     assert set(BLOCKS) == expected, "a block was added, renamed or removed: give it a check here"
     assert set(namespaces) == expected
     # The tfa side is there too, and is never run.
@@ -256,3 +262,12 @@ def test_the_tfa_beam_block_builds_a_decoder_with_tfas_bookkeeping(namespaces):
     assert (config["method"], config["length_convention"], config["length_penalty_weight"]) == ("beam", "tfa", 0.6)
     result = decoder(np.random.default_rng(0).normal(size=(2, 7, 32)).astype("float32"))
     assert tuple(result["ids"].shape) == (2, 5, 20)
+
+
+def test_the_import_block_saves_a_translator_that_decodes_tfas_greedy_ids(namespaces, tmp_path_factory):
+    fixture = json.loads((ROOT / "tests" / "fixtures" / "tfa_seq2seq" / "luong_lstm" / "outputs.json").read_text())
+    models = namespaces[IMPORT]["models"]
+    result = models["greedy"].predict(np.asarray(fixture["source"], "int32"), verbose=0)
+    for row, want, length in zip(result["ids"], fixture["greedy_ids"], fixture["greedy_lengths"]):
+        np.testing.assert_array_equal(row[:length], want[:length])
+    assert models["beam"].get_layer("beam_decoder").length_convention == "tfa"

@@ -1,0 +1,116 @@
+"""import_tfa_seq2seq: models tfa 0.23 trained (tests/fixtures/tfa_seq2seq,
+with the script that made them) give tfa's logits, greedy ids and beam ids."""
+
+import json
+import shutil
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attention.tfa_import import import_tfa_seq2seq, read_tfa_checkpoint
+
+FIXTURES = Path(__file__).parent / "fixtures" / "tfa_seq2seq"
+VARIANTS = ["luong_lstm", "bahdanau_gru"]
+
+
+def load(variant, **overrides):
+    fixture = json.loads((FIXTURES / variant / "outputs.json").read_text())
+    sizes = fixture["sizes"]
+    options = dict(
+        cell=fixture["variant"]["cell"],
+        attention=fixture["variant"]["attention"],
+        start_token=sizes["start_token"],
+        end_token=sizes["end_token"],
+        max_length=sizes["max_length"],
+        beam_width=sizes["beam_width"],
+        length_penalty_weight=sizes["length_penalty_weight"],
+    )
+    options.update(overrides)
+    return fixture, import_tfa_seq2seq(FIXTURES / variant / "ckpt", **options)
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def imported(request):
+    return (request.param, *load(request.param))
+
+
+def test_teacher_forced_logits_are_tfas(imported):
+    _, fixture, models = imported
+    source, target_in = (np.asarray(fixture[k], "int32") for k in ("source", "target_in"))
+    logits = models["trainer"].predict([source, target_in], verbose=0)
+    want = np.asarray(fixture["logits"])
+    assert np.abs(want).max() > 1.0  # trained weights, not a near-zero output
+    np.testing.assert_allclose(logits, want, atol=1e-5)
+
+
+def test_greedy_ids_are_tfas(imported):
+    _, fixture, models = imported
+    result = models["greedy"].predict(np.asarray(fixture["source"], "int32"), verbose=0)
+    np.testing.assert_array_equal(result["lengths"], fixture["greedy_lengths"])
+    for row, want, length in zip(result["ids"], fixture["greedy_ids"], fixture["greedy_lengths"]):
+        np.testing.assert_array_equal(row[:length], want[:length])
+
+
+def test_beam_ids_scores_and_order_are_tfas(imported):
+    _, fixture, models = imported
+    result = models["beam"].predict(np.asarray(fixture["source"], "int32"), verbose=0)
+    np.testing.assert_array_equal(result["lengths"], fixture["beam_lengths"])
+    np.testing.assert_allclose(result["scores"], fixture["beam_scores"], atol=1e-5)
+    for rows, wants, lengths in zip(result["ids"], fixture["beam_ids"], fixture["beam_lengths"]):
+        for row, want, length in zip(rows, wants, lengths):
+            np.testing.assert_array_equal(row[:length], want[:length])
+
+
+def test_the_imported_decoder_saves_and_decodes_the_same_ids(imported, tmp_path):
+    _, fixture, models = imported
+    models["beam"].save(tmp_path / "beam.keras")
+    loaded = keras.saving.load_model(tmp_path / "beam.keras")
+    source = np.asarray(fixture["source"], "int32")
+    np.testing.assert_array_equal(
+        loaded.predict(source, verbose=0)["ids"], models["beam"].predict(source, verbose=0)["ids"]
+    )
+
+
+def test_the_checkpoint_reader_leaves_the_object_graph_out():
+    variables = read_tfa_checkpoint(FIXTURES / "luong_lstm" / "ckpt")
+    assert "decoder/attention_mechanism/memory_layer/kernel" in variables
+    assert not any("ATTRIBUTES" in k or "OBJECT_GRAPH" in k for k in variables)
+    assert variables["decoder/rnn_cell/_attention_layers/0/kernel"].shape == (16 + 16, 16)
+
+
+def test_roles_can_be_named_and_wrong_options_are_named(tmp_path):
+    # Naming the roles by hand gives the same model as finding them.
+    fixture, models = load(
+        "luong_lstm",
+        names={"output_layer": "decoder/fc", "encoder": "encoder/rnn/cell", "decoder_cell": "decoder/decoder_cell"},
+    )
+    source, target_in = (np.asarray(fixture[k], "int32") for k in ("source", "target_in"))
+    np.testing.assert_allclose(models["trainer"].predict([source, target_in], verbose=0), fixture["logits"], atol=1e-5)
+    with pytest.raises(ValueError, match=r"`cell` must be one of \['gru', 'lstm'\]; got 'rnn'"):
+        load("luong_lstm", cell="rnn")
+    with pytest.raises(ValueError, match=r"`attention` must be one of \['luong', 'bahdanau'\]; got 'dot'"):
+        load("luong_lstm", attention="dot")
+    with pytest.raises(ValueError, match=r"`names` has unknown roles \['decoder'\]"):
+        load("luong_lstm", names={"decoder": "decoder"})
+    # A GRU's weights do not fit the LSTM it is told to build: named, with both shapes.
+    with pytest.raises(
+        ValueError, match=r"'encoder/rnn/cell/kernel' has shape \(8, 48\), but the model needs \(8, 64\)"
+    ):
+        load("bahdanau_gru", encoder="lstm")
+    with pytest.raises(ValueError, match=r"no variable 'decoder/attention_mechanism/attention_v'"):
+        load("luong_lstm", attention="bahdanau")
+    with pytest.raises(ValueError, match=r"cannot tell which weights are the output_layer: found none"):
+        load("luong_lstm", names={"target_embedding": "encoder/embedding"})
+    with pytest.raises(FileNotFoundError, match=r"no such checkpoint"):
+        import_tfa_seq2seq(tmp_path / "missing", "lstm", "luong", 1, 2, 5)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint or SavedModel in this directory"):
+        import_tfa_seq2seq(empty, "lstm", "luong", 1, 2, 5)
+    # A directory holding the checkpoint works as well as its prefix.
+    copy = tmp_path / "run"
+    shutil.copytree(FIXTURES / "luong_lstm", copy)
+    (copy / "checkpoint").write_text('model_checkpoint_path: "ckpt"\n')
+    assert set(read_tfa_checkpoint(copy)) == set(read_tfa_checkpoint(FIXTURES / "luong_lstm" / "ckpt"))
