@@ -5,7 +5,16 @@ from keras import ops
 
 from keras_attention import _checks
 from keras_attention.cells.base import AttentionMemory, attention_cell
-from keras_attention.decoding import LENGTH_CONVENTIONS, beam_search, greedy_search, sampling_search, tile_batch
+from keras_attention.decoding import (
+    LENGTH_CONVENTIONS,
+    beam_search,
+    constrained_step,
+    greedy_search,
+    relative_max_lengths,
+    sampling_search,
+    tile_batch,
+)
+from keras_attention.decoding.constraints import check_suppress_tokens, check_top_p
 
 __all__ = ["InferenceDecoder"]
 
@@ -16,7 +25,13 @@ def _greedy(decoder, step, initial_state, common):
 
 def _sample(decoder, step, initial_state, common):
     return sampling_search(
-        step, initial_state, temperature=decoder.temperature, top_k=decoder.top_k, seed=decoder.seed_generator, **common
+        step,
+        initial_state,
+        temperature=decoder.temperature,
+        top_k=decoder.top_k,
+        top_p=decoder.top_p,
+        seed=decoder.seed_generator,
+        **common,
     )
 
 
@@ -95,7 +110,17 @@ class InferenceDecoder(keras.layers.Layer):
         length_convention: "default", or "tfa" for the hypotheses and
             ranking of `tfa.seq2seq.BeamSearchDecoder` with a length or
             coverage penalty (its length bookkeeping; see `beam_search`).
-        temperature, top_k, seed: sampling.
+        temperature, top_k, top_p, seed: sampling (`top_p`: nucleus
+            sampling, after temperature and `top_k`; 1 keeps every token).
+        min_length: the end token is forbidden before this many tokens.
+        max_length_ratio, max_length_offset: with a ratio, example `b` has
+            at most `min(max_length, floor(ratio * source_length[b] +
+            offset))` tokens (the end included), its source length read
+            from the memory mask.
+        suppress_tokens: ids never produced (not the end token).
+        These hold for every method; the `allowed_tokens` call argument
+        `(B, V)` bool restricts each example to its own ids (the end token
+        always allowed). See `keras_attention.decoding.constrained_step`.
         output_uses_inputs: feed `[o_t ; x_t]` to `output_layer`.
         return_alignments: keep and return the alignment history. Off, the
             loop carries no `(B, L, Ts)` buffer: what a serving model wants.
@@ -131,6 +156,11 @@ class InferenceDecoder(keras.layers.Layer):
         return_alignments=True,
         early_stopping=False,
         length_convention="default",
+        top_p=1.0,
+        min_length=0,
+        max_length_ratio=None,
+        max_length_offset=0.0,
+        suppress_tokens=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -152,6 +182,18 @@ class InferenceDecoder(keras.layers.Layer):
         self.early_stopping = _checks.check_bool(self, "early_stopping", early_stopping)
         _checks.check_choice(self, "length_convention", length_convention, LENGTH_CONVENTIONS)
         self.length_convention = length_convention
+        self.top_p = check_top_p(self, top_p)
+        self.min_length = _checks.check_int(self, "min_length", min_length, 0, "an integer")
+        if self.min_length >= self.max_length:
+            raise ValueError(
+                f"{_checks.owner_name(self)}: `min_length` must be below `max_length` {self.max_length} "
+                f"(the end token needs a step); got {min_length!r}."
+            )
+        self.max_length_ratio = _checks.check_number(
+            self, "max_length_ratio", max_length_ratio, minimum=0, strict=True, allow_none=True
+        )
+        self.max_length_offset = _checks.check_number(self, "max_length_offset", max_length_offset)
+        self.suppress_tokens = check_suppress_tokens(self, suppress_tokens, self.end_token)
         self.cell = attention_cell(self, cell)
         self.embedding = _layer(self, "embedding", embedding)
         self.output_layer = _layer(self, "output_layer", output_layer)
@@ -174,7 +216,7 @@ class InferenceDecoder(keras.layers.Layer):
             self.output_layer.build((None, None, readout))
         self.built = True
 
-    def call(self, memory, memory_mask=None, initial_state=None, mask=None):
+    def call(self, memory, memory_mask=None, initial_state=None, allowed_tokens=None, mask=None):
         # Keras fills `mask` from the memory's Keras mask when the memory is
         # the only tensor argument, and `memory_mask` when there are more.
         memory_mask = mask if memory_mask is None else memory_mask
@@ -197,6 +239,27 @@ class InferenceDecoder(keras.layers.Layer):
             logits = ops.squeeze(self.output_layer(ops.expand_dims(readout, 1)), 1)
             return logits, states, alignment
 
+        if self.min_length or self.max_length_ratio is not None or self.suppress_tokens or allowed_tokens is not None:
+            max_lengths = None
+            if self.max_length_ratio is not None:
+                source_lengths = (
+                    ops.full((ops.shape(memory)[0],), ops.shape(memory)[1], "int32")
+                    if memory_mask is None
+                    else ops.sum(ops.cast(memory_mask, "int32"), axis=1)
+                )
+                max_lengths = relative_max_lengths(
+                    source_lengths, self.max_length_ratio, self.max_length_offset, self.max_length
+                )
+            step, initial_state = constrained_step(
+                step,
+                initial_state,
+                self.end_token,
+                min_length=self.min_length,
+                max_lengths=max_lengths,
+                suppress_tokens=self.suppress_tokens,
+                allowed_tokens=allowed_tokens,
+            )
+
         common = dict(
             start_tokens=self.start_token,
             end_token=self.end_token,
@@ -208,7 +271,7 @@ class InferenceDecoder(keras.layers.Layer):
     def compute_mask(self, memory, previous_mask=None):
         return None
 
-    def compute_output_spec(self, memory, memory_mask=None, initial_state=None, mask=None):
+    def compute_output_spec(self, memory, memory_mask=None, initial_state=None, allowed_tokens=None, mask=None):
         batch, source = memory.shape[0], memory.shape[1]
         lead = (batch, self.beam_width) if self.method == "beam" else (batch,)
         spec = {
@@ -243,6 +306,11 @@ class InferenceDecoder(keras.layers.Layer):
                 "return_alignments": self.return_alignments,
                 "early_stopping": self.early_stopping,
                 "length_convention": self.length_convention,
+                "top_p": self.top_p,
+                "min_length": self.min_length,
+                "max_length_ratio": self.max_length_ratio,
+                "max_length_offset": self.max_length_offset,
+                "suppress_tokens": self.suppress_tokens,
             }
         )
         return config

@@ -22,6 +22,7 @@ from keras_attention.decoding.beam_search import (
     select_candidates,
 )
 from keras_attention.decoding.beams import beam_rows, gather_beams, gather_tree, reorder_beams, tile_batch, write_step
+from keras_attention.decoding.constraints import constrained_step, relative_max_lengths, top_p_filter
 from keras_attention.decoding.greedy import greedy_search, sampling_search
 
 __all__ = [
@@ -30,16 +31,19 @@ __all__ = [
     "beam_rows",
     "beam_search",
     "candidate_scores",
+    "constrained_step",
     "coverage_penalty",
     "extend_hypotheses",
     "gather_beams",
     "gather_tree",
     "greedy_search",
     "length_penalty",
+    "relative_max_lengths",
     "reorder_beams",
     "sampling_search",
     "search_is_decided",
     "select_candidates",
     "tile_batch",
+    "top_p_filter",
     "write_step",
 ]

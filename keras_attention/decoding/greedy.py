@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_attention import _checks
 from keras_attention.decoding import _loop
+from keras_attention.decoding.constraints import check_top_p, top_p_filter
 
 __all__ = ["greedy_search", "sampling_search"]
 
@@ -112,12 +113,14 @@ def sampling_search(
     seed=None,
     pad_token=None,
     return_alignments=True,
+    top_p=1.0,
 ):
     """Sampling decoding inside the graph: each token drawn from the model.
 
     At each step the next token is drawn from `softmax(logits / temperature)`
     restricted to the `top_k` most likely tokens (all tokens when `top_k` is
-    None), with the Gumbel-max trick (`top_k` of logits plus Gumbel noise), so
+    None), then to the smallest set of those whose probability reaches
+    `top_p` (nucleus sampling; `top_p_filter`), with the Gumbel-max trick (`top_k` of logits plus Gumbel noise), so
     the loop uses only ops that compile with XLA. The returned `scores` are the
     log-probabilities under the model itself (temperature 1, no truncation).
 
@@ -126,6 +129,8 @@ def sampling_search(
         return_alignments: as in `greedy_search`.
         temperature: > 0; below 1 sharpens, above 1 flattens the distribution.
         top_k: keep only the k most likely tokens at each step (None: all).
+        top_p: in (0, 1]; keep the smallest set of most likely tokens whose
+            probability (after temperature and `top_k`) reaches it (1: all).
         seed: an int or a `keras.random.SeedGenerator`. Inside a compiled
             function pass a SeedGenerator created outside it.
 
@@ -134,6 +139,7 @@ def sampling_search(
     """
     temperature = _checks.check_number("sampling_search", "temperature", temperature, minimum=0, strict=True)
     top_k = _checks.check_positive_int("sampling_search", "top_k", top_k, allow_none=True)
+    top_p = check_top_p("sampling_search", top_p)
     seed = seed if isinstance(seed, keras.random.SeedGenerator) else keras.random.SeedGenerator(seed)
     tiny = float(np.finfo("float32").tiny)
     # A temperature under float32's smallest normal number would flush to a
@@ -153,6 +159,8 @@ def sampling_search(
         if top_k is not None and (vocabulary is None or top_k < vocabulary):
             kth_best = ops.top_k(logits, top_k)[0][:, -1:]
             logits = ops.where(ops.less(logits, kth_best), _loop.NEG_INF, logits)
+        if top_p < 1:
+            logits = top_p_filter(logits, top_p)
         uniform = keras.random.uniform(ops.shape(logits), minval=tiny, maxval=1.0, seed=seed)
         return ops.cast(ops.top_k(logits - ops.log(-ops.log(uniform)), 1)[1][:, 0], "int32")
 

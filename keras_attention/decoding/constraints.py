@@ -1,0 +1,160 @@
+"""Constraints on what a decoder may produce at each step, for every search.
+
+`constrained_step` wraps a step function so that its logits obey the
+constraints: the end token forbidden before `min_length` tokens, forced
+once an example reaches its own maximum length, ids that are never produced,
+and a per-example set of allowed ids. The searches (greedy, sampling, beam)
+run the wrapped step unchanged: the constraints ride in the state, which
+every search already tiles and reorders with its hypotheses. A forbidden id
+gets the log-probability floor `NEG_INF`, so the log-softmax of the rest
+renormalises over what is allowed and the `scores` the searches return are
+those of the constrained distribution.
+"""
+
+from keras import ops
+
+from keras_attention import _checks
+from keras_attention.decoding import _loop
+
+__all__ = ["constrained_step", "relative_max_lengths", "top_p_filter"]
+
+
+def relative_max_lengths(source_lengths, ratio, offset, max_length):
+    """Per example `min(max_length, floor(ratio * source_length + offset))`,
+    at least 1: the most tokens (the end token included) an example may have.
+
+    Example:
+
+    ```python
+    keras_attention.decoding.relative_max_lengths(np.array([3, 10]), 1.5, 2, max_length=12)
+    # [6, 12]
+    ```
+    """
+    ratio = _checks.check_number("decoding", "max_length_ratio", ratio, minimum=0)
+    offset = _checks.check_number("decoding", "max_length_offset", offset)
+    lengths = ops.floor(ops.cast(source_lengths, "float32") * ratio + offset)
+    return ops.cast(ops.clip(lengths, 1, max_length), "int32")
+
+
+def check_suppress_tokens(owner, ids, end_token):
+    """`ids` as a sorted list of distinct ids (None stays None), refusing the end token."""
+    if ids is None:
+        return None
+    if not isinstance(ids, (list, tuple)) or not all(_checks.is_int(i) and i >= 0 for i in ids):
+        raise ValueError(f"{_checks.owner_name(owner)}: `suppress_tokens` must be a list of integer ids; got {ids!r}.")
+    if end_token in ids:
+        raise ValueError(
+            f"{_checks.owner_name(owner)}: `suppress_tokens` {list(ids)} includes the end token {end_token}: "
+            "nothing could end."
+        )
+    return sorted({int(i) for i in ids})
+
+
+def constrained_step(
+    step_fn, initial_state, end_token, min_length=0, max_lengths=None, suppress_tokens=None, allowed_tokens=None
+):
+    """Wrap `step_fn` so that its logits obey per-step constraints.
+
+    Returns `(step, state)` to give a search in place of `(step_fn,
+    initial_state)`. At the step producing token `t` (0-based):
+
+    - `t < min_length`: the end token is forbidden (at least `min_length`
+      tokens before the end, the end token not counted);
+    - `t >= max_lengths[b] - 1`: every token but the end is forbidden, so
+      example `b` has at most `max_lengths[b]` tokens, the end included;
+    - `suppress_tokens`: ids never produced;
+    - `allowed_tokens` `(batch, vocabulary)` bool: example `b` produces only
+      ids where it is True (the end token is always allowed, so that every
+      example can end).
+
+    Args:
+        step_fn: `step(ids, state) -> (logits, state[, alignment])`.
+        initial_state: the step's initial state (batch rows).
+        end_token: int.
+        min_length: int >= 0.
+        max_lengths: optional `(batch,)` ints >= 1 (see `relative_max_lengths`).
+        suppress_tokens: optional list of ids.
+        allowed_tokens: optional `(batch, vocabulary)` bool tensor.
+
+    Example:
+
+    ```python
+    def step(ids, state):  # always prefers the end token (id 2)
+        return ops.convert_to_tensor(np.tile([[0.0, 1.0, 5.0, 2.0]], (2, 1)), "float32"), state
+
+    wrapped, state = keras_attention.decoding.constrained_step(
+        step, ops.zeros((2, 1)), end_token=2, min_length=2, suppress_tokens=[1])
+    keras_attention.decoding.greedy_search(wrapped, state, 0, 2, max_length=5)["ids"]
+    # [[3, 3, 2, 2, 2], [3, 3, 2, 2, 2]]: two tokens (never 1) before the end
+    ```
+    """
+    min_length = _checks.check_int("decoding", "min_length", min_length, 0, "an integer")
+    end_token = _checks.check_int("decoding", "end_token", end_token, 0, "an integer id")
+    suppress_tokens = check_suppress_tokens("decoding", suppress_tokens, end_token)
+    constraints = {"time": None}
+    if max_lengths is not None:
+        constraints["max_lengths"] = ops.cast(max_lengths, "int32")
+    if allowed_tokens is not None:
+        constraints["allowed"] = ops.cast(allowed_tokens, "bool")
+    batch = _loop.batch_size_of(0, initial_state)
+    constraints["time"] = ops.zeros((batch,), "int32")
+
+    def step(ids, state):
+        inner, extra = state
+        logits, inner, alignment = _loop.call_step(step_fn, ids, inner)
+        logits = ops.cast(logits, "float32")
+        vocabulary = ops.shape(logits)[-1]
+        token = ops.expand_dims(ops.arange(vocabulary, dtype="int32"), 0)  # (1, V)
+        is_end = ops.equal(token, end_token)
+        time = ops.expand_dims(extra["time"], 1)  # (N, 1)
+        forbidden = ops.logical_and(is_end, ops.less(time, min_length))
+        if "max_lengths" in extra:
+            at_last = ops.greater_equal(time, ops.expand_dims(extra["max_lengths"], 1) - 1)
+            forbidden = ops.logical_or(forbidden, ops.logical_and(at_last, ops.logical_not(is_end)))
+        if suppress_tokens:
+            suppressed = ops.any(
+                ops.equal(ops.expand_dims(token, -1), ops.convert_to_tensor(suppress_tokens, "int32")), axis=-1
+            )
+            forbidden = ops.logical_or(forbidden, suppressed)
+        if "allowed" in extra:
+            forbidden = ops.logical_or(forbidden, ops.logical_not(ops.logical_or(extra["allowed"], is_end)))
+        logits = ops.where(forbidden, _loop.NEG_INF, logits)
+        extra = {**extra, "time": extra["time"] + 1}
+        if alignment is None:
+            return logits, (inner, extra)
+        return logits, (inner, extra), alignment
+
+    return step, (initial_state, constraints)
+
+
+def check_top_p(owner, top_p):
+    top_p = _checks.check_number(owner, "top_p", top_p, minimum=0, strict=True)
+    if top_p > 1:
+        raise ValueError(f"{_checks.owner_name(owner)}: `top_p` must be in (0, 1]; got {top_p!r}.")
+    return top_p
+
+
+def top_p_filter(logits, top_p):
+    """Keep the smallest set of most likely tokens whose probability reaches
+    `top_p` (nucleus sampling, Holtzman et al. 2019, arXiv:1904.09751); the
+    others get the floor `NEG_INF`. Ties at the boundary are all kept.
+
+    Example:
+
+    ```python
+    keras_attention.decoding.top_p_filter(np.log(np.array([[0.5, 0.3, 0.15, 0.05]], "float32")), 0.75)
+    # keeps 0.5 and 0.3 (0.8 >= 0.75): [[log 0.5, log 0.3, NEG_INF, NEG_INF]]
+    ```
+    """
+    top_p = check_top_p("top_p_filter", top_p)
+    logits = ops.cast(logits, "float32")
+    if top_p == 1:
+        return logits
+    vocabulary = ops.shape(logits)[-1]
+    ordered = ops.top_k(logits, vocabulary)[0]  # descending
+    probabilities = ops.softmax(ordered, axis=-1)
+    mass_before = ops.cumsum(probabilities, axis=-1) - probabilities
+    # The smallest kept logit: the last token whose preceding mass is below p.
+    kept = ops.less(mass_before, top_p)
+    threshold = ops.min(ops.where(kept, ordered, float("inf")), axis=-1, keepdims=True)
+    return ops.where(ops.less(logits, threshold), _loop.NEG_INF, logits)
