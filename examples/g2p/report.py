@@ -23,6 +23,7 @@ BEGIN, END = "<!-- g2p-results:begin -->", "<!-- g2p-results:end -->"
 VARIANTS = ("g2p_cmudict_luong.json", "g2p_cmudict_large.json")
 # The run whose serving by beam width `serving.py` measured.
 SERVING, SERVED_RUN = "g2p_cmudict_serving.json", "g2p_cmudict_large.json"
+INT8, INT8_RUN = "g2p_cmudict_int8.json", "g2p_cmudict.json"  # float32 and int8 side by side
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import data
@@ -96,12 +97,12 @@ def cmudict_table(document, variants=()):
     return "\n".join(lines)
 
 
-def serving_table(document, trained):
+def serving_table(document, trained, which="the larger model above"):
     """Accuracy and ONNX throughput of one trained run by beam width
     (`serving.py`), beside Phonetisaurus."""
     peer = document.get("phonetisaurus")
     lines = [
-        f"Serving {_label(trained['ours']['model'])} (the larger model above) through onnxruntime on "
+        f"Serving {_label(trained['ours']['model'])} ({which}) through onnxruntime on "
         f"{document['machine']['cores']} CPU cores, by beam width "
         f"(batches of {document['batch_size']} words, early stopping, a fresh process):",
         "",
@@ -186,6 +187,9 @@ def render():
     serving, served_run = _load(SERVING), _load(SERVED_RUN)
     if serving and served_run:
         parts.append(serving_table(serving, served_run))
+    int8, int8_run = _load(INT8), _load(INT8_RUN)
+    if int8 and int8_run:
+        parts.append(serving_table(int8, int8_run, which="the default model, float32 and int8"))
     if sigmorphon:
         parts.append(sigmorphon_table(sigmorphon))
     return "\n\n".join(parts) if parts else "No results committed yet."
