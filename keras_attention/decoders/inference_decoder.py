@@ -216,6 +216,19 @@ class InferenceDecoder(keras.layers.Layer):
             self.output_layer.build((None, None, readout))
         self.built = True
 
+    def decode_step(self, ids, states, memory):
+        """One decoding step: `(logits (N, V), new states, alignment (N, Ts))`
+        for the previous ids `(N,)`, the cell's states and an
+        `AttentionMemory` (from `cell.prepare_memory`). The searches call it;
+        `keras_attention.decoders.stepwise_models` exports it."""
+        # The layers see (N, 1, ...): one step of the sequences they were
+        # trained on.
+        inputs = ops.squeeze(self.embedding(ops.expand_dims(ids, 1)), 1)
+        output, states, alignment = self.cell.step(inputs, list(states), memory)
+        readout = ops.concatenate([output, ops.cast(inputs, output.dtype)], -1) if self.output_uses_inputs else output
+        logits = ops.squeeze(self.output_layer(ops.expand_dims(readout, 1)), 1)
+        return logits, states, alignment
+
     def call(self, memory, memory_mask=None, initial_state=None, allowed_tokens=None, mask=None):
         # Keras fills `mask` from the memory's Keras mask when the memory is
         # the only tensor argument, and `memory_mask` when there are more.
@@ -229,15 +242,7 @@ class InferenceDecoder(keras.layers.Layer):
             )
 
         def step(ids, states):
-            # The layers see (N, 1, ...): one step of the sequences they
-            # were trained on.
-            inputs = ops.squeeze(self.embedding(ops.expand_dims(ids, 1)), 1)
-            output, states, alignment = self.cell.step(inputs, list(states), prepared)
-            readout = (
-                ops.concatenate([output, ops.cast(inputs, output.dtype)], -1) if self.output_uses_inputs else output
-            )
-            logits = ops.squeeze(self.output_layer(ops.expand_dims(readout, 1)), 1)
-            return logits, states, alignment
+            return self.decode_step(ids, states, prepared)
 
         if self.min_length or self.max_length_ratio is not None or self.suppress_tokens or allowed_tokens is not None:
             max_lengths = None

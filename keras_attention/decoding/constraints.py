@@ -80,10 +80,10 @@ def constrained_step(
 
     ```python
     def step(ids, state):  # always prefers the end token (id 2)
-        return ops.convert_to_tensor(np.tile([[0.0, 1.0, 5.0, 2.0]], (2, 1)), "float32"), state
+        return keras.ops.convert_to_tensor(np.tile([[0.0, 1.0, 5.0, 2.0]], (2, 1)), "float32"), state
 
     wrapped, state = keras_attention.decoding.constrained_step(
-        step, ops.zeros((2, 1)), end_token=2, min_length=2, suppress_tokens=[1])
+        step, keras.ops.zeros((2, 1)), end_token=2, min_length=2, suppress_tokens=[1])
     keras_attention.decoding.greedy_search(wrapped, state, 0, 2, max_length=5)["ids"]
     # [[3, 3, 2, 2, 2], [3, 3, 2, 2, 2]]: two tokens (never 1) before the end
     ```
