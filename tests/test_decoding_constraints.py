@@ -49,21 +49,38 @@ def log_softmax(x):
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
-def allowed_at(t, example, min_length, max_lengths, suppress, allowed):
+def reference_logits(logits, t, example, history, c):
+    """The constrained logits of one step in NumPy (-inf where forbidden):
+    `history` the tokens produced so far, `c` the constraints."""
+    logits = np.asarray(logits, np.float64).copy()
+    produced = sorted(set(history))
+    if c.get("repetition_penalty", 1.0) != 1.0 and produced:
+        r = c["repetition_penalty"]
+        logits[produced] = np.where(logits[produced] > 0, logits[produced] / r, logits[produced] * r)
     ok = np.ones(VOCABULARY, bool)
-    if t < min_length:
+    if t < c.get("min_length", 0):
         ok[END] = False
-    if max_lengths is not None and t >= max_lengths[example] - 1:
+    if c.get("max_lengths") is not None and t >= c["max_lengths"][example] - 1:
         ok[:] = False
         ok[END] = True
-    for token in suppress or []:
+    for token in c.get("suppress") or []:
         ok[token] = False
-    if allowed is not None:
-        ok &= allowed[example] | (np.arange(VOCABULARY) == END)
-    return ok
+    if c.get("allowed") is not None:
+        ok &= c["allowed"][example] | (np.arange(VOCABULARY) == END)
+    n = c.get("ngram", 0)
+    if n and len(history) >= n - 1:
+        tail = tuple(history[len(history) - (n - 1) :])
+        for i in range(len(history) - n + 1):
+            if tuple(history[i : i + n - 1]) == tail:
+                ok[history[i + n - 1]] = False
+    prefix = c.get("prefix")
+    if prefix is not None and t < len(prefix[example]):
+        ok[:] = False
+        ok[prefix[example][t]] = True
+    return np.where(ok, logits, -np.inf)
 
 
-def brute_force_best(table, example, **constraints):
+def brute_force_best(table, example, c):
     """The most likely sequence under the constrained distribution, by
     enumerating every sequence of up to STEPS tokens (ended or cut at STEPS)."""
     best, best_score = None, -np.inf
@@ -73,11 +90,10 @@ def brute_force_best(table, example, **constraints):
                 continue
             score, previous = 0.0, START
             for t, token in enumerate(tokens):
-                ok = allowed_at(t, example, **constraints)
-                if not ok[token]:
+                logits = reference_logits(table[example, t, previous], t, example, list(tokens[:t]), c)
+                if logits[token] == -np.inf:
                     score = -np.inf
                     break
-                logits = np.where(ok, table[example, t, previous], -np.inf)
                 score += log_softmax(logits)[token]
                 previous = token
             if score > best_score:
@@ -85,50 +101,66 @@ def brute_force_best(table, example, **constraints):
     return list(best), best_score
 
 
-CONSTRAINTS = [
-    dict(min_length=2, max_lengths=None, suppress=None, allowed=None),
-    dict(min_length=0, max_lengths=np.array([1, 2, 3, 4, 2]), suppress=None, allowed=None),
-    dict(min_length=1, max_lengths=None, suppress=[2], allowed=None),
-    dict(
-        min_length=0,
-        max_lengths=None,
-        suppress=None,
+CONSTRAINTS = {
+    "min_length": dict(min_length=2),
+    "max_lengths": dict(max_lengths=np.array([1, 2, 3, 4, 2])),
+    "suppress": dict(min_length=1, suppress=[2]),
+    "allowed": dict(
+        min_length=2,
         allowed=np.array([[1, 1, 0, 1], [1, 1, 1, 0], [0, 1, 1, 1], [1, 1, 0, 0], [0, 0, 1, 0]], bool),
     ),
-]
+    "repetition": dict(repetition_penalty=3.0, min_length=3),
+    "ngram_1": dict(ngram=1),
+    "ngram_2": dict(ngram=2, min_length=3),
+    "prefix": dict(prefix=[[3], [2, 3], [], [0, 0, 3], [2]]),
+}
 
 
-def wrapped(table, min_length, max_lengths, suppress, allowed):
+def wrapped(table, c):
     step, state = table_step(table)
+    prefix = c.get("prefix")
+    options = {}
+    if prefix is not None:
+        width = max(map(len, prefix)) or 1
+        padded = np.zeros((len(prefix), width), "int32")
+        for row, ids in enumerate(prefix):
+            padded[row, : len(ids)] = ids
+        options = dict(prefix=padded, prefix_lengths=np.array([len(p) for p in prefix], "int32"))
     return constrained_step(
         step,
         state,
         END,
-        min_length=min_length,
-        max_lengths=max_lengths,
-        suppress_tokens=suppress,
-        allowed_tokens=allowed,
+        min_length=c.get("min_length", 0),
+        max_lengths=c.get("max_lengths"),
+        suppress_tokens=c.get("suppress"),
+        allowed_tokens=c.get("allowed"),
+        repetition_penalty=c.get("repetition_penalty", 1.0),
+        no_repeat_ngram_size=c.get("ngram", 0),
+        max_length=STEPS,
+        **options,
     )
 
 
-@pytest.mark.parametrize("constraints", CONSTRAINTS, ids=["min_length", "max_lengths", "suppress", "allowed"])
-def test_an_exhaustive_beam_finds_the_constrained_optimum(constraints):
+@pytest.mark.parametrize("name", list(CONSTRAINTS))
+def test_an_exhaustive_beam_finds_the_constrained_optimum(name):
+    c = CONSTRAINTS[name]
     table = random_table(1)
-    step, state = wrapped(table, **constraints)
+    step, state = wrapped(table, c)
     # Width VOCABULARY ** STEPS keeps every hypothesis: the top beam is the optimum.
     result = {k: np.asarray(v) for k, v in beam_search(step, state, START, END, STEPS, VOCABULARY**STEPS).items()}
     for example in range(len(table)):
-        want, score = brute_force_best(table, example, **constraints)
+        want, score = brute_force_best(table, example, c)
         got = result["ids"][example, 0].tolist()[: int(result["lengths"][example, 0])]
         assert got == want, (example, got, want)
         np.testing.assert_allclose(float(result["scores"][example, 0]), score, rtol=1e-5)
 
 
-@pytest.mark.parametrize("constraints", CONSTRAINTS, ids=["min_length", "max_lengths", "suppress", "allowed"])
+@pytest.mark.parametrize("name", list(CONSTRAINTS))
 @pytest.mark.parametrize("method", ["greedy", "sample", "beam"])
-def test_every_search_keeps_the_constraints(constraints, method):
+def test_every_search_keeps_the_constraints(name, method):
+    c = CONSTRAINTS[name]
     table = random_table(2)
-    step, state = wrapped(table, **constraints)
+    step, state = wrapped(table, c)
     if method == "greedy":
         result = greedy_search(step, state, START, END, STEPS)
         ids, lengths = np.asarray(result["ids"])[:, None], np.asarray(result["lengths"])[:, None]
@@ -141,19 +173,20 @@ def test_every_search_keeps_the_constraints(constraints, method):
     for example in range(len(table)):
         for row, length in zip(ids[example], lengths[example]):
             for t, token in enumerate(row[:length]):
-                assert allowed_at(t, example, **constraints)[token], (example, t, token, row)
+                logits = reference_logits(np.zeros(VOCABULARY), t, example, list(row[:t]), c)
+                assert logits[token] > -np.inf, (example, t, token, row)
 
 
-def test_greedy_under_constraints_is_the_constrained_argmax_path():
+@pytest.mark.parametrize("name", list(CONSTRAINTS))
+def test_greedy_under_constraints_is_the_constrained_argmax_path(name):
+    c = CONSTRAINTS[name]
     table = random_table(4)
-    constraints = CONSTRAINTS[2]
-    step, state = wrapped(table, **constraints)
+    step, state = wrapped(table, c)
     result = greedy_search(step, state, START, END, STEPS)
     for example in range(len(table)):
         previous, want = START, []
         for t in range(STEPS):
-            ok = allowed_at(t, example, **constraints)
-            token = int(np.argmax(np.where(ok, table[example, t, previous], -np.inf)))
+            token = int(np.argmax(reference_logits(table[example, t, previous], t, example, want, c)))
             want.append(token)
             previous = token
             if token == END:
@@ -211,13 +244,17 @@ def decoder_model(**options):
     vocabulary = 9
     source = keras.Input((None,), dtype="int32", name="source")
     allowed = keras.Input((vocabulary,), dtype="bool", name="allowed")
+    prefix = keras.Input((None,), dtype="int32", name="prefix")
     memory = keras.layers.Embedding(vocabulary, 8, mask_zero=True)(source)
     cell = ka.AttentionGRUCell(8, ka.AdditiveAttention(6))
     decoder = ka.InferenceDecoder(
         cell, keras.layers.Embedding(vocabulary, 5), keras.layers.Dense(vocabulary), 1, 2, 8, **options
     )
-    model = keras.Model([source, allowed], decoder(memory, allowed_tokens=allowed))
+    model = keras.Model([source, allowed, prefix], decoder(memory, allowed_tokens=allowed, target_prefix=prefix))
     return model, decoder
+
+
+PREFIX = np.array([[3, 4, -1], [-1, -1, -1], [5, 5, 5], [7, -1, -1]], "int32")  # -1 pads
 
 
 def test_inference_decoder_applies_and_saves_the_options(tmp_path):
@@ -228,7 +265,8 @@ def test_inference_decoder_applies_and_saves_the_options(tmp_path):
     source = rng.integers(1, 9, size=(6, 5)).astype("int32")
     source[:3, 2:] = 0  # three sources of length 2: at most 3 tokens each
     allowed = rng.random((6, 9)) < 0.7
-    result = model.predict([source, allowed], verbose=0)
+    no_prefix = np.full((6, 1), -1, "int32")
+    result = model.predict([source, allowed, no_prefix], verbose=0)
     source_lengths = (source != 0).sum(1)
     for example, (rows, lengths) in enumerate(zip(result["ids"], result["lengths"])):
         for row, length in zip(rows, lengths):
@@ -245,19 +283,27 @@ def test_inference_decoder_applies_and_saves_the_options(tmp_path):
     }
     model.save(tmp_path / "m.keras")
     loaded = keras.saving.load_model(tmp_path / "m.keras")
-    np.testing.assert_array_equal(loaded.predict([source, allowed], verbose=0)["ids"], result["ids"])
+    np.testing.assert_array_equal(loaded.predict([source, allowed, no_prefix], verbose=0)["ids"], result["ids"])
 
 
 @pytest.mark.parametrize("method", ["greedy", "beam"])
 def test_constrained_decoders_export_with_parity(method, tmp_path):
-    model, _ = decoder_model(method=method, beam_width=3, min_length=1, suppress_tokens=[4])
+    model, _ = decoder_model(
+        method=method, beam_width=3, min_length=1, suppress_tokens=[4], repetition_penalty=1.5, no_repeat_ngram_size=2
+    )
     rng = np.random.default_rng(1)
     source = rng.integers(1, 9, size=(4, 6)).astype("int32")
     allowed = rng.random((4, 9)) < 0.6
-    report = export_model(model, tmp_path / "export", sample_inputs=[{"source": source, "allowed": allowed}])
+    feeds = {"source": source, "allowed": allowed, "prefix": PREFIX}
+    report = export_model(model, tmp_path / "export", sample_inputs=[feeds])
     assert report.max_abs_diff("onnx", "ids") == 0 and report.max_abs_diff("saved_model", "ids") == 0
-    served = run_onnx(tmp_path / "export", {"source": source, "allowed": allowed})["outputs"]["ids"]
-    np.testing.assert_array_equal(served, model.predict([source, allowed], verbose=0)["ids"])
+    served = run_onnx(tmp_path / "export", feeds)["outputs"]["ids"]
+    want = model.predict([source, allowed, PREFIX], verbose=0)["ids"]
+    np.testing.assert_array_equal(served, want)
+    best = want if method == "greedy" else want[:, 0]
+    for row, prefix in zip(best, PREFIX):
+        forced = prefix[prefix >= 0]
+        np.testing.assert_array_equal(row[: len(forced)], forced)  # the prefix, reproduced exactly
 
 
 @pytest.mark.parametrize(
@@ -270,6 +316,8 @@ def test_constrained_decoders_export_with_parity(method, tmp_path):
         (dict(suppress_tokens=[2]), r"`suppress_tokens` \[2\] includes the end token 2"),
         (dict(suppress_tokens=["a"]), r"`suppress_tokens` must be a list of integer ids; got \['a'\]"),
         (dict(max_length_ratio=-1.0), r"`max_length_ratio` must be a finite number > 0 or None; got -1.0"),
+        (dict(repetition_penalty=0.5), r"`repetition_penalty` must be a finite number >= 1; got 0.5"),
+        (dict(no_repeat_ngram_size=-2), r"`no_repeat_ngram_size` must be an integer >= 0; got -2"),
     ],
 )
 def test_bad_options_are_named(options, message):

@@ -14,7 +14,7 @@ from keras_attention.decoding import (
     sampling_search,
     tile_batch,
 )
-from keras_attention.decoding.constraints import check_suppress_tokens, check_top_p
+from keras_attention.decoding.constraints import check_repetition_penalty, check_suppress_tokens, check_top_p
 
 __all__ = ["InferenceDecoder"]
 
@@ -118,9 +118,15 @@ class InferenceDecoder(keras.layers.Layer):
             offset))` tokens (the end included), its source length read
             from the memory mask.
         suppress_tokens: ids never produced (not the end token).
-        These hold for every method; the `allowed_tokens` call argument
-        `(B, V)` bool restricts each example to its own ids (the end token
-        always allowed). See `keras_attention.decoding.constrained_step`.
+        repetition_penalty: >= 1; CTRL's penalty on the logits of tokens
+            already produced (1: none).
+        no_repeat_ngram_size: n > 0 forbids repeating any n-gram (0: none).
+        These hold for every method. Two call arguments go with them: the
+        `allowed_tokens` `(B, V)` bool restricts each example to its own ids
+        (the end token always allowed), and `target_prefix` `(B, P)` ids
+        (right-padded with -1) forces each example's first tokens, after
+        which decoding continues freely. See
+        `keras_attention.decoding.constrained_step`.
         output_uses_inputs: feed `[o_t ; x_t]` to `output_layer`.
         return_alignments: keep and return the alignment history. Off, the
             loop carries no `(B, L, Ts)` buffer: what a serving model wants.
@@ -161,6 +167,8 @@ class InferenceDecoder(keras.layers.Layer):
         max_length_ratio=None,
         max_length_offset=0.0,
         suppress_tokens=None,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -194,6 +202,10 @@ class InferenceDecoder(keras.layers.Layer):
         )
         self.max_length_offset = _checks.check_number(self, "max_length_offset", max_length_offset)
         self.suppress_tokens = check_suppress_tokens(self, suppress_tokens, self.end_token)
+        self.repetition_penalty = check_repetition_penalty(self, repetition_penalty)
+        self.no_repeat_ngram_size = _checks.check_int(
+            self, "no_repeat_ngram_size", no_repeat_ngram_size, 0, "an integer"
+        )
         self.cell = attention_cell(self, cell)
         self.embedding = _layer(self, "embedding", embedding)
         self.output_layer = _layer(self, "output_layer", output_layer)
@@ -229,7 +241,7 @@ class InferenceDecoder(keras.layers.Layer):
         logits = ops.squeeze(self.output_layer(ops.expand_dims(readout, 1)), 1)
         return logits, states, alignment
 
-    def call(self, memory, memory_mask=None, initial_state=None, allowed_tokens=None, mask=None):
+    def call(self, memory, memory_mask=None, initial_state=None, allowed_tokens=None, target_prefix=None, mask=None):
         # Keras fills `mask` from the memory's Keras mask when the memory is
         # the only tensor argument, and `memory_mask` when there are more.
         memory_mask = mask if memory_mask is None else memory_mask
@@ -244,7 +256,16 @@ class InferenceDecoder(keras.layers.Layer):
         def step(ids, states):
             return self.decode_step(ids, states, prepared)
 
-        if self.min_length or self.max_length_ratio is not None or self.suppress_tokens or allowed_tokens is not None:
+        constrained = (
+            self.min_length,
+            self.max_length_ratio is not None,
+            self.suppress_tokens,
+            allowed_tokens is not None,
+            self.repetition_penalty != 1,
+            self.no_repeat_ngram_size,
+            target_prefix is not None,
+        )
+        if any(constrained):
             max_lengths = None
             if self.max_length_ratio is not None:
                 source_lengths = (
@@ -263,6 +284,10 @@ class InferenceDecoder(keras.layers.Layer):
                 max_lengths=max_lengths,
                 suppress_tokens=self.suppress_tokens,
                 allowed_tokens=allowed_tokens,
+                repetition_penalty=self.repetition_penalty,
+                no_repeat_ngram_size=self.no_repeat_ngram_size,
+                prefix=target_prefix,
+                max_length=self.max_length,
             )
 
         common = dict(
@@ -276,7 +301,9 @@ class InferenceDecoder(keras.layers.Layer):
     def compute_mask(self, memory, previous_mask=None):
         return None
 
-    def compute_output_spec(self, memory, memory_mask=None, initial_state=None, allowed_tokens=None, mask=None):
+    def compute_output_spec(
+        self, memory, memory_mask=None, initial_state=None, allowed_tokens=None, target_prefix=None, mask=None
+    ):
         batch, source = memory.shape[0], memory.shape[1]
         lead = (batch, self.beam_width) if self.method == "beam" else (batch,)
         spec = {
@@ -316,6 +343,8 @@ class InferenceDecoder(keras.layers.Layer):
                 "max_length_ratio": self.max_length_ratio,
                 "max_length_offset": self.max_length_offset,
                 "suppress_tokens": self.suppress_tokens,
+                "repetition_penalty": self.repetition_penalty,
+                "no_repeat_ngram_size": self.no_repeat_ngram_size,
             }
         )
         return config

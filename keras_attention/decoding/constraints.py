@@ -51,13 +51,27 @@ def check_suppress_tokens(owner, ids, end_token):
 
 
 def constrained_step(
-    step_fn, initial_state, end_token, min_length=0, max_lengths=None, suppress_tokens=None, allowed_tokens=None
+    step_fn,
+    initial_state,
+    end_token,
+    min_length=0,
+    max_lengths=None,
+    suppress_tokens=None,
+    allowed_tokens=None,
+    repetition_penalty=1.0,
+    no_repeat_ngram_size=0,
+    prefix=None,
+    prefix_lengths=None,
+    max_length=None,
 ):
     """Wrap `step_fn` so that its logits obey per-step constraints.
 
     Returns `(step, state)` to give a search in place of `(step_fn,
     initial_state)`. At the step producing token `t` (0-based):
 
+    - `repetition_penalty` `r`: the logit `l` of a token already produced
+      becomes `l / r` if positive, `l * r` if not (Keskar et al. 2019,
+      CTRL, arXiv:1909.05858);
     - `t < min_length`: the end token is forbidden (at least `min_length`
       tokens before the end, the end token not counted);
     - `t >= max_lengths[b] - 1`: every token but the end is forbidden, so
@@ -65,7 +79,13 @@ def constrained_step(
     - `suppress_tokens`: ids never produced;
     - `allowed_tokens` `(batch, vocabulary)` bool: example `b` produces only
       ids where it is True (the end token is always allowed, so that every
-      example can end).
+      example can end);
+    - `no_repeat_ngram_size` `n`: a token that would repeat an n-gram
+      already produced is forbidden;
+    - `prefix` `(batch, P)` ids: while `t < prefix_lengths[b]` (default:
+      the row's non-negative ids, so -1 pads) the token is forced to
+      `prefix[b, t]`, whatever the other constraints say; decoding goes on
+      freely after it.
 
     Args:
         step_fn: `step(ids, state) -> (logits, state[, alignment])`.
@@ -75,6 +95,12 @@ def constrained_step(
         max_lengths: optional `(batch,)` ints >= 1 (see `relative_max_lengths`).
         suppress_tokens: optional list of ids.
         allowed_tokens: optional `(batch, vocabulary)` bool tensor.
+        repetition_penalty: a float >= 1 (1: none).
+        no_repeat_ngram_size: an int >= 0 (0: none).
+        prefix, prefix_lengths: optional `(batch, P)` ids and `(batch,)`
+            lengths.
+        max_length: the search's `max_length`; needed with a repetition
+            penalty or n-gram blocking (the history they read is that long).
 
     Example:
 
@@ -91,40 +117,115 @@ def constrained_step(
     min_length = _checks.check_int("decoding", "min_length", min_length, 0, "an integer")
     end_token = _checks.check_int("decoding", "end_token", end_token, 0, "an integer id")
     suppress_tokens = check_suppress_tokens("decoding", suppress_tokens, end_token)
-    constraints = {"time": None}
+    repetition_penalty = check_repetition_penalty("decoding", repetition_penalty)
+    no_repeat_ngram_size = _checks.check_int("decoding", "no_repeat_ngram_size", no_repeat_ngram_size, 0, "an integer")
+    batch = _loop.batch_size_of(0, initial_state)
+    constraints = {"time": ops.zeros((batch,), "int32")}
     if max_lengths is not None:
         constraints["max_lengths"] = ops.cast(max_lengths, "int32")
     if allowed_tokens is not None:
         constraints["allowed"] = ops.cast(allowed_tokens, "bool")
-    batch = _loop.batch_size_of(0, initial_state)
-    constraints["time"] = ops.zeros((batch,), "int32")
+    if repetition_penalty != 1 or no_repeat_ngram_size:
+        if max_length is None:
+            raise ValueError("decoding: a repetition penalty or n-gram blocking needs the search's `max_length`.")
+        constraints["history"] = ops.full((batch, _loop.check_max_length(max_length)), -1, "int32")
+    if prefix is not None:
+        constraints["prefix"] = ops.cast(prefix, "int32")
+        constraints["prefix_lengths"] = (
+            ops.sum(ops.cast(ops.greater_equal(constraints["prefix"], 0), "int32"), axis=1)
+            if prefix_lengths is None
+            else ops.cast(prefix_lengths, "int32")
+        )
 
     def step(ids, state):
         inner, extra = state
         logits, inner, alignment = _loop.call_step(step_fn, ids, inner)
         logits = ops.cast(logits, "float32")
-        vocabulary = ops.shape(logits)[-1]
-        token = ops.expand_dims(ops.arange(vocabulary, dtype="int32"), 0)  # (1, V)
-        is_end = ops.equal(token, end_token)
-        time = ops.expand_dims(extra["time"], 1)  # (N, 1)
-        forbidden = ops.logical_and(is_end, ops.less(time, min_length))
-        if "max_lengths" in extra:
-            at_last = ops.greater_equal(time, ops.expand_dims(extra["max_lengths"], 1) - 1)
-            forbidden = ops.logical_or(forbidden, ops.logical_and(at_last, ops.logical_not(is_end)))
-        if suppress_tokens:
-            suppressed = ops.any(
-                ops.equal(ops.expand_dims(token, -1), ops.convert_to_tensor(suppress_tokens, "int32")), axis=-1
-            )
-            forbidden = ops.logical_or(forbidden, suppressed)
-        if "allowed" in extra:
-            forbidden = ops.logical_or(forbidden, ops.logical_not(ops.logical_or(extra["allowed"], is_end)))
+        extra = dict(extra)
+        if "history" in extra:
+            # `ids` are the tokens chosen at the previous step (the start token at the first).
+            history = extra["history"]
+            columns = ops.expand_dims(ops.arange(ops.shape(history)[1], dtype="int32"), 0)
+            written = ops.equal(columns, ops.expand_dims(extra["time"] - 1, 1))
+            extra["history"] = ops.where(written, ops.expand_dims(ops.cast(ids, "int32"), 1), history)
+            logits = _penalize_repetitions(logits, extra["history"], repetition_penalty)
+        forbidden = _forbidden(logits, extra, end_token, min_length, suppress_tokens, no_repeat_ngram_size)
         logits = ops.where(forbidden, _loop.NEG_INF, logits)
-        extra = {**extra, "time": extra["time"] + 1}
+        extra["time"] = extra["time"] + 1
         if alignment is None:
             return logits, (inner, extra)
         return logits, (inner, extra), alignment
 
     return step, (initial_state, constraints)
+
+
+def check_repetition_penalty(owner, value):
+    return _checks.check_number(owner, "repetition_penalty", value, minimum=1)
+
+
+def _one_hot_ids(ids, vocabulary):
+    """`(..., V)` bool: True at each id of `ids` (negative ids mark nothing)."""
+    ids = ops.where(ops.greater_equal(ids, 0), ids, vocabulary)
+    return ops.cast(ops.one_hot(ids, vocabulary + 1)[..., :vocabulary], "bool")
+
+
+def _penalize_repetitions(logits, history, penalty):
+    if penalty == 1:
+        return logits
+    produced = ops.any(_one_hot_ids(history, ops.shape(logits)[-1]), axis=1)
+    penalized = ops.where(ops.greater(logits, 0), logits / penalty, logits * penalty)
+    return ops.where(produced, penalized, logits)
+
+
+def _repeated_ngram_ends(history, time, n, vocabulary):
+    """`(N, V)` bool: tokens that would complete an n-gram already in
+    `history` (tokens 0..time-1 of each row; `time` is the same for all)."""
+    length = history.shape[1]
+    if n > length:
+        return ops.zeros((ops.shape(history)[0], vocabulary), "bool")
+    windows = length - n + 1
+    starts = ops.expand_dims(ops.arange(windows, dtype="int32"), 0)  # (1, W)
+    time = ops.expand_dims(time, 1)  # (N, 1)
+    # An n-gram starting at i ends before `time`, and the last n-1 tokens exist.
+    match = ops.logical_and(ops.less(starts + n - 1, time), ops.greater_equal(time, n - 1))
+    for k in range(n - 1):
+        last = ops.take_along_axis(history, ops.maximum(time - (n - 1) + k, 0), axis=1)  # (N, 1)
+        match = ops.logical_and(match, ops.equal(history[:, k : k + windows], last))
+    completing = ops.where(match, history[:, n - 1 : n - 1 + windows], -1)
+    return ops.any(_one_hot_ids(completing, vocabulary), axis=1)
+
+
+def _forbidden(logits, extra, end_token, min_length, suppress_tokens, no_repeat_ngram_size):
+    """`(N, V)` bool: the tokens this step may not produce."""
+    vocabulary = ops.shape(logits)[-1]
+    token = ops.expand_dims(ops.arange(vocabulary, dtype="int32"), 0)  # (1, V)
+    is_end = ops.equal(token, end_token)
+    time = ops.expand_dims(extra["time"], 1)  # (N, 1)
+    forbidden = ops.logical_and(is_end, ops.less(time, min_length))
+    if "max_lengths" in extra:
+        at_last = ops.greater_equal(time, ops.expand_dims(extra["max_lengths"], 1) - 1)
+        forbidden = ops.logical_or(forbidden, ops.logical_and(at_last, ops.logical_not(is_end)))
+    if suppress_tokens:
+        suppressed = ops.any(
+            ops.equal(ops.expand_dims(token, -1), ops.convert_to_tensor(suppress_tokens, "int32")), axis=-1
+        )
+        forbidden = ops.logical_or(forbidden, suppressed)
+    if "allowed" in extra:
+        forbidden = ops.logical_or(forbidden, ops.logical_not(ops.logical_or(extra["allowed"], is_end)))
+    if no_repeat_ngram_size:
+        repeated = _repeated_ngram_ends(extra["history"], extra["time"], no_repeat_ngram_size, vocabulary)
+        forbidden = ops.logical_or(forbidden, repeated)
+    if "prefix" in extra:
+        prefix = extra["prefix"]
+        in_prefix = ops.less(time, ops.expand_dims(extra["prefix_lengths"], 1))  # (N, 1)
+        column = ops.minimum(time, ops.shape(prefix)[1] - 1)
+        forced = ops.take_along_axis(prefix, ops.maximum(column, 0), axis=1)  # (N, 1)
+        # Logical ops, not a select: onnxruntime has no boolean Where.
+        forbidden = ops.logical_or(
+            ops.logical_and(in_prefix, ops.not_equal(token, forced)),
+            ops.logical_and(ops.logical_not(in_prefix), forbidden),
+        )
+    return forbidden
 
 
 def check_top_p(owner, top_p):
