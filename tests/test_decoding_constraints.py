@@ -324,3 +324,47 @@ def test_bad_options_are_named(options, message):
     cell = ka.AttentionGRUCell(8, ka.AdditiveAttention(6))
     with pytest.raises(ValueError, match=message):
         ka.InferenceDecoder(cell, keras.layers.Embedding(9, 5), keras.layers.Dense(9), 1, 2, 8, **options)
+
+
+@pytest.mark.parametrize("method", ["greedy", "sample", "beam"])
+def test_token_log_probs_are_each_tokens_and_sum_to_the_score(method):
+    table = random_table(6)
+    step, state = table_step(table)
+    if method == "greedy":
+        result = greedy_search(step, state, START, END, STEPS, return_token_log_probs=True)
+    elif method == "sample":
+        result = sampling_search(step, state, START, END, STEPS, seed=2, return_token_log_probs=True)
+    else:
+        result = beam_search(step, state, START, END, STEPS, 3, return_token_log_probs=True)
+    result = {k: np.asarray(v) for k, v in result.items()}
+    ids, lengths, token_log_probs = result["ids"], result["lengths"], result["token_log_probs"]
+    total = result["log_probs"] if method == "beam" else result["scores"]
+    if method != "beam":
+        ids, lengths, token_log_probs, total = ids[:, None], lengths[:, None], token_log_probs[:, None], total[:, None]
+    for example in range(len(table)):
+        for row, length, per_token, want_total in zip(
+            ids[example], lengths[example], token_log_probs[example], total[example]
+        ):
+            previous = START
+            for t, token in enumerate(row[:length]):
+                want = log_softmax(table[example, t, previous].astype(np.float64))[token]
+                np.testing.assert_allclose(per_token[t], want, rtol=1e-5, atol=1e-6)
+                previous = token
+            np.testing.assert_array_equal(per_token[length:], 0.0)
+            np.testing.assert_allclose(per_token.sum(), want_total, rtol=1e-5, atol=1e-5)
+
+
+def test_inference_decoder_returns_the_best_n_hypotheses_with_token_log_probs():
+    full, _ = decoder_model(method="beam", beam_width=4)
+    best, decoder = decoder_model(method="beam", beam_width=4, num_hypotheses=2, return_token_log_probs=True)
+    best.set_weights(full.get_weights())
+    rng = np.random.default_rng(3)
+    feeds = [rng.integers(1, 9, size=(3, 5)).astype("int32"), np.ones((3, 9), bool), np.full((3, 1), -1, "int32")]
+    want, got = full.predict(feeds, verbose=0), best.predict(feeds, verbose=0)
+    assert got["ids"].shape == (3, 2, 8) and got["token_log_probs"].shape == (3, 2, 8)
+    for name in ("ids", "scores", "lengths", "log_probs"):
+        np.testing.assert_array_equal(got[name], want[name][:, :2])
+    np.testing.assert_allclose(got["token_log_probs"].sum(-1), got["log_probs"], rtol=1e-5, atol=1e-5)
+    assert decoder.get_config()["num_hypotheses"] == 2
+    with pytest.raises(ValueError, match=r"`num_hypotheses` must be at most `beam_width` 4; got 5"):
+        decoder_model(method="beam", beam_width=4, num_hypotheses=5)

@@ -36,7 +36,7 @@ def _sample(decoder, step, initial_state, common):
 
 
 def _beam(decoder, step, initial_state, common):
-    return beam_search(
+    result = beam_search(
         step,
         initial_state,
         beam_width=decoder.beam_width,
@@ -46,6 +46,9 @@ def _beam(decoder, step, initial_state, common):
         length_convention=decoder.length_convention,
         **common,
     )
+    if decoder.num_hypotheses is not None:  # the best n of the beams, best first
+        result = {name: value[:, : decoder.num_hypotheses] for name, value in result.items()}
+    return result
 
 
 # A table rather than a chain of ifs: a method is one entry, its search with
@@ -130,6 +133,11 @@ class InferenceDecoder(keras.layers.Layer):
         output_uses_inputs: feed `[o_t ; x_t]` to `output_layer`.
         return_alignments: keep and return the alignment history. Off, the
             loop carries no `(B, L, Ts)` buffer: what a serving model wants.
+        num_hypotheses: beam search returns only the best n <= beam_width
+            hypotheses (default: all `beam_width`), best first.
+        return_token_log_probs: also return `token_log_probs (B, [n,] L)`,
+            each token's log-probability (0 after the end; they sum to the
+            score without penalties).
 
     Example:
 
@@ -169,6 +177,8 @@ class InferenceDecoder(keras.layers.Layer):
         suppress_tokens=None,
         repetition_penalty=1.0,
         no_repeat_ngram_size=0,
+        num_hypotheses=None,
+        return_token_log_probs=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -206,6 +216,13 @@ class InferenceDecoder(keras.layers.Layer):
         self.no_repeat_ngram_size = _checks.check_int(
             self, "no_repeat_ngram_size", no_repeat_ngram_size, 0, "an integer"
         )
+        self.num_hypotheses = _checks.check_positive_int(self, "num_hypotheses", num_hypotheses, allow_none=True)
+        if self.num_hypotheses is not None and self.num_hypotheses > self.beam_width:
+            raise ValueError(
+                f"{_checks.owner_name(self)}: `num_hypotheses` must be at most `beam_width` {self.beam_width}; "
+                f"got {num_hypotheses!r}."
+            )
+        self.return_token_log_probs = _checks.check_bool(self, "return_token_log_probs", return_token_log_probs)
         self.cell = attention_cell(self, cell)
         self.embedding = _layer(self, "embedding", embedding)
         self.output_layer = _layer(self, "output_layer", output_layer)
@@ -295,6 +312,7 @@ class InferenceDecoder(keras.layers.Layer):
             end_token=self.end_token,
             max_length=self.max_length,
             return_alignments=self.return_alignments,
+            return_token_log_probs=self.return_token_log_probs,
         )
         return _SEARCHES[self.method](self, step, initial_state, common)
 
@@ -305,7 +323,7 @@ class InferenceDecoder(keras.layers.Layer):
         self, memory, memory_mask=None, initial_state=None, allowed_tokens=None, target_prefix=None, mask=None
     ):
         batch, source = memory.shape[0], memory.shape[1]
-        lead = (batch, self.beam_width) if self.method == "beam" else (batch,)
+        lead = (batch, self.num_hypotheses or self.beam_width) if self.method == "beam" else (batch,)
         spec = {
             "ids": keras.KerasTensor((*lead, self.max_length), dtype="int32"),
             "scores": keras.KerasTensor(lead, dtype="float32"),
@@ -315,6 +333,8 @@ class InferenceDecoder(keras.layers.Layer):
             spec["alignments"] = keras.KerasTensor((*lead, self.max_length, source), dtype="float32")
         if self.method == "beam":
             spec["log_probs"] = keras.KerasTensor(lead, dtype="float32")
+        if self.return_token_log_probs:
+            spec["token_log_probs"] = keras.KerasTensor((*lead, self.max_length), dtype="float32")
         return spec
 
     def get_config(self):
@@ -345,6 +365,8 @@ class InferenceDecoder(keras.layers.Layer):
                 "suppress_tokens": self.suppress_tokens,
                 "repetition_penalty": self.repetition_penalty,
                 "no_repeat_ngram_size": self.no_repeat_ngram_size,
+                "num_hypotheses": self.num_hypotheses,
+                "return_token_log_probs": self.return_token_log_probs,
             }
         )
         return config

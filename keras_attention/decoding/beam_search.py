@@ -274,6 +274,7 @@ def beam_search(
     return_alignments=True,
     early_stopping=False,
     length_convention="default",
+    return_token_log_probs=False,
 ):
     """Beam search inside the graph, as `tfa.seq2seq.BeamSearchDecoder` did.
 
@@ -323,6 +324,9 @@ def beam_search(
             as they stand, without an end token and with `lengths` counting
             their tokens so far, as at `max_length`. False (default): run
             until every beam has ended or `max_length`.
+        return_token_log_probs: also return `token_log_probs (batch, beam,
+            max_length)`, each token's log-probability (0 after the end);
+            they sum to `log_probs`.
         length_convention: "default": `|y|` counts the end token from the
             step it is chosen, so a finished hypothesis keeps one score.
             "tfa": `tfa.seq2seq.BeamSearchDecoder`'s bookkeeping, for the
@@ -352,6 +356,7 @@ def beam_search(
     )
     end_token, pad_token = _loop.check_tokens(end_token, pad_token)
     early_stopping = _checks.check_bool("beam_search", "early_stopping", early_stopping)
+    return_token_log_probs = _checks.check_bool("beam_search", "return_token_log_probs", return_token_log_probs)
     _checks.check_choice("beam_search", "length_convention", length_convention, LENGTH_CONVENTIONS)
     width = beam_width
     batch = _loop.batch_size_of(start_tokens, initial_state)
@@ -384,6 +389,12 @@ def beam_search(
         if _loop.is_carried(beams["alignments"]):
             chosen["alignments"] = write_step(beams["alignments"], parents, time, gather_beams(alignment, parents))
         chosen["coverage"] = gather_beams(coverage, parents) if _loop.is_carried(coverage) else _loop.ABSENT
+        chosen["token_log_probs"] = beams["token_log_probs"]
+        if _loop.is_carried(beams["token_log_probs"]):
+            # A beam's new log-probability less its parent's: this token's.
+            parent_log_probs = ops.take_along_axis(beams["log_probs"], parents, axis=1)
+            token_log_probs = ops.maximum(chosen["log_probs"] - parent_log_probs, _loop.NEG_INF)
+            chosen["token_log_probs"] = write_step(beams["token_log_probs"], parents, time, token_log_probs)
         return ops.reshape(tokens, (-1,)), reorder_beams(state, parents), chosen
 
     # First step outside the loop: it tells the source length for the buffers.
@@ -407,6 +418,9 @@ def beam_search(
         "ids": ops.full((batch, width, max_length), pad_token, dtype="int32"),
         "alignments": alignments,
         "coverage": coverage,
+        "token_log_probs": (
+            ops.zeros((batch, width, max_length), "float32") if return_token_log_probs else _loop.ABSENT
+        ),
     }
     next_ids, state, beams = advance(0, logits, alignment, state, beams)
 
@@ -438,4 +452,6 @@ def beam_search(
     result = {"ids": ids, "scores": scores, "log_probs": log_probs, "lengths": lengths}
     if _loop.is_carried(beams["alignments"]):
         result["alignments"] = ops.where(ops.expand_dims(ops.expand_dims(filler, -1), -1), 0.0, beams["alignments"])
+    if _loop.is_carried(beams["token_log_probs"]):
+        result["token_log_probs"] = ops.where(ops.expand_dims(filler, -1), 0.0, beams["token_log_probs"])
     return result

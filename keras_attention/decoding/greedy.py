@@ -12,26 +12,38 @@ __all__ = ["greedy_search", "sampling_search"]
 
 
 def _single_path_search(
-    step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token, return_alignments
+    step_fn,
+    initial_state,
+    start_tokens,
+    end_token,
+    max_length,
+    choose,
+    pad_token,
+    return_alignments,
+    return_token_log_probs=False,
 ):
     max_length = _loop.check_max_length(max_length)
     end_token, pad_token = _loop.check_tokens(end_token, pad_token)
     batch = _loop.batch_size_of(start_tokens, initial_state)
     first_ids = _loop.start_ids(start_tokens, batch)
 
-    def advance(time, logits, alignment, finished, scores, lengths, out_ids, alignments):
+    def advance(time, logits, alignment, finished, scores, lengths, out_ids, alignments, token_log_probs):
         log_probs = _loop.log_probabilities(logits)
         token = ops.where(finished, pad_token, choose(log_probs))
         token_log_prob = ops.take_along_axis(log_probs, ops.expand_dims(token, 1), axis=1)[:, 0]
         running = ops.logical_not(finished)
         scores = scores + ops.where(running, token_log_prob, 0.0)
+        if _loop.is_carried(token_log_probs):
+            token_log_probs = _loop.write_at(
+                token_log_probs, time, ops.where(running, token_log_prob, 0.0), time_axis=1
+            )
         lengths = lengths + ops.cast(running, "int32")
         out_ids = _loop.write_at(out_ids, time, token, time_axis=1)
         if _loop.is_carried(alignments):
             alignment = ops.where(ops.expand_dims(running, 1), ops.cast(alignment, "float32"), 0.0)
             alignments = _loop.write_at(alignments, time, alignment, time_axis=1)
         finished = ops.logical_or(finished, ops.equal(token, end_token))
-        return token, finished, scores, lengths, out_ids, alignments
+        return token, finished, scores, lengths, out_ids, alignments, token_log_probs
 
     # The first step runs outside the loop: it tells the alignment length
     # (the memory length), which the alignment buffer must be allocated with.
@@ -48,6 +60,7 @@ def _single_path_search(
         ops.zeros((batch,), "int32"),
         ops.full((batch, max_length), pad_token, dtype="int32"),
         alignments,
+        ops.zeros((batch, max_length), "float32") if return_token_log_probs else _loop.ABSENT,
     )
 
     def cond(time, token, state, finished, *unused):
@@ -59,14 +72,25 @@ def _single_path_search(
         return (time + 1, token, state, *carried)
 
     loop_vars = (ops.convert_to_tensor(1, "int32"), token, state, *carried)
-    _, _, _, _, scores, lengths, out_ids, alignments = ops.while_loop(cond, body, loop_vars)
+    _, _, _, _, scores, lengths, out_ids, alignments, token_log_probs = ops.while_loop(cond, body, loop_vars)
     result = {"ids": out_ids, "scores": scores, "lengths": lengths}
     if _loop.is_carried(alignments):
         result["alignments"] = alignments
+    if _loop.is_carried(token_log_probs):
+        result["token_log_probs"] = token_log_probs
     return result
 
 
-def greedy_search(step_fn, initial_state, start_tokens, end_token, max_length, pad_token=None, return_alignments=True):
+def greedy_search(
+    step_fn,
+    initial_state,
+    start_tokens,
+    end_token,
+    max_length,
+    pad_token=None,
+    return_alignments=True,
+    return_token_log_probs=False,
+):
     """Greedy decoding inside the graph: at each step take the most likely token.
 
     `step_fn(ids, state) -> (logits, state)` (or `(logits, state, alignment)`)
@@ -85,6 +109,9 @@ def greedy_search(step_fn, initial_state, start_tokens, end_token, max_length, p
         pad_token: the id written after a sequence ended (default: `end_token`).
         return_alignments: keep the alignments the step returns (False: the
             loop carries no alignment buffer).
+        return_token_log_probs: also return `token_log_probs (batch,
+            max_length)`, each produced token's log-probability (0 after
+            the end); they sum to `scores`.
 
     Returns:
         A dict: `ids (batch, max_length)` int32; `scores (batch,)` the sum of
@@ -98,7 +125,15 @@ def greedy_search(step_fn, initial_state, start_tokens, end_token, max_length, p
         return ops.cast(ops.top_k(log_probs, 1)[1][:, 0], "int32")
 
     return _single_path_search(
-        step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token, return_alignments
+        step_fn,
+        initial_state,
+        start_tokens,
+        end_token,
+        max_length,
+        choose,
+        pad_token,
+        return_alignments,
+        _checks.check_bool("greedy_search", "return_token_log_probs", return_token_log_probs),
     )
 
 
@@ -114,6 +149,7 @@ def sampling_search(
     pad_token=None,
     return_alignments=True,
     top_p=1.0,
+    return_token_log_probs=False,
 ):
     """Sampling decoding inside the graph: each token drawn from the model.
 
@@ -126,7 +162,7 @@ def sampling_search(
 
     Args:
         step_fn, initial_state, start_tokens, end_token, max_length, pad_token,
-        return_alignments: as in `greedy_search`.
+        return_alignments, return_token_log_probs: as in `greedy_search`.
         temperature: > 0; below 1 sharpens, above 1 flattens the distribution.
         top_k: keep only the k most likely tokens at each step (None: all).
         top_p: in (0, 1]; keep the smallest set of most likely tokens whose
@@ -165,5 +201,13 @@ def sampling_search(
         return ops.cast(ops.top_k(logits - ops.log(-ops.log(uniform)), 1)[1][:, 0], "int32")
 
     return _single_path_search(
-        step_fn, initial_state, start_tokens, end_token, max_length, choose, pad_token, return_alignments
+        step_fn,
+        initial_state,
+        start_tokens,
+        end_token,
+        max_length,
+        choose,
+        pad_token,
+        return_alignments,
+        _checks.check_bool("sampling_search", "return_token_log_probs", return_token_log_probs),
     )
