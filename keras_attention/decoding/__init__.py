@@ -11,9 +11,9 @@ overflow to `-inf` and a comparison with it stays exact.
 """
 
 from keras_attention.decoding._loop import NEG_INF
-from keras_attention.decoding.beam_search import (
+from keras_attention.decoding.beam_search import beam_search
+from keras_attention.decoding.beam_steps import (
     LENGTH_CONVENTIONS,
-    beam_search,
     candidate_scores,
     coverage_penalty,
     extend_hypotheses,
