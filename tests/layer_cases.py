@@ -325,15 +325,16 @@ SCORE_CASES = [case for case in CASES if case.scores is not None]
 SOFT_CASES = [case for case in SCORE_CASES if not case.hard]
 
 
-def case_params(cases=CASES, check=None):
+def case_params(cases=CASES, check=None, argname="case"):
     """Parametrise a test over `cases`, leaving out those whose `skip` names `check`."""
     import pytest
 
     cases = [case for case in cases if check not in case.skip]
-    return pytest.mark.parametrize("case", cases, ids=[case.id for case in cases])
+    return pytest.mark.parametrize(argname, cases, ids=[case.id for case in cases])
 
 
-driver_params = case_params
+def driver_params(cases=CASES):
+    return case_params(cases, argname="driver")
 
 
 # ------------------------------------------------------------------ results

@@ -44,7 +44,8 @@ def test_large_inputs_stay_finite_and_ordinary_ones_match_float32(driver, policy
         check_weights(driver, results["weights"], query_valid, value_valid, atol=2e-2)
     compute = policy.split("_")[1]
     for name, tensor in driver.run(low, query, value, query_valid, value_valid).items():
-        if name in ("output", "weights"):
+        # The decodings return their alignments in float32.
+        if name == "output" or (name == "weights" and driver.zero_context):
             assert tensor.dtype == compute, f"{driver.id} {name}"
     assert all(v.dtype == "float32" for v in low.weights if keras.backend.is_float_dtype(v.dtype))
 
