@@ -282,6 +282,7 @@ def test_keras_file_round_trip_without_custom_objects(case, tmp_path):
         return {k: v for k, v in config.items() if "name" not in (v.get("config") or {} if isinstance(v, dict) else {})}
 
     assert own(layer.get_config()) == own(original.get_config())
+    assert [type(sub) for sub in layer._flatten_layers()] == [type(sub) for sub in original._flatten_layers()]
     got = loaded(inputs)
     for name in want:
         if not case.random:
