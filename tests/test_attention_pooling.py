@@ -12,9 +12,8 @@ import tensorflow as tf
 import keras_attention
 from keras_attention.layers.pooling import AttentionPooling
 from tests import reference
-from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
-from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch
+from tests.layer_cases import lengths_mask, randomize, token_batch
 from tests.test_docs import _python_blocks
 
 B, T, D, UNITS = 3, 6, 5, 4
@@ -35,14 +34,6 @@ def reference_pooling(layer, inputs, mask=None):
     scores = u @ w["context_vector"]  # (B, T)
     weights = reference.masked_softmax(scores, mask)
     return np.einsum("bt,btd->bd", weights, h), weights
-
-
-def pooling_model(units=UNITS, vocabulary=20, dim=D):
-    """ids (B, T) -> embedding with mask_zero -> AttentionPooling -> 3 logits."""
-    ids = keras.Input((None,), dtype="int32", name="ids")
-    states = keras.layers.Embedding(vocabulary, dim, mask_zero=True)(ids)
-    pooled = AttentionPooling(units, name="pooling")(states)
-    return keras.Model(ids, keras.layers.Dense(3)(pooled))
 
 
 # ----------------------------------------------------------------- the formula
@@ -213,17 +204,6 @@ def test_get_config_round_trip_gives_identical_outputs():
     np.testing.assert_array_equal(clone(inputs, mask=mask), layer(inputs, mask=mask))
 
 
-def test_keras_file_round_trip_without_custom_objects(tmp_path):
-    rng = np.random.default_rng(9)
-    model = pooling_model()
-    randomize_model(model, rng)
-    ids = token_batch(rng, 3, 6)
-    model.save(tmp_path / "model.keras")
-    loaded = keras.saving.load_model(tmp_path / "model.keras")  # safe mode, no custom_objects
-    assert type(loaded.get_layer("pooling")) is AttentionPooling
-    np.testing.assert_array_equal(loaded(ids), model(ids))
-
-
 def test_output_carries_no_mask_and_symbolic_shapes():
     ids = keras.Input((None,), dtype="int32")
     states = keras.layers.Embedding(20, D, mask_zero=True)(ids)
@@ -232,69 +212,6 @@ def test_output_carries_no_mask_and_symbolic_shapes():
     assert getattr(pooled, "_keras_mask", None) is None
     eager = AttentionPooling(UNITS)(keras.layers.Embedding(20, D, mask_zero=True)(np.array([[1, 2, 0]])))
     assert getattr(eager, "_keras_mask", None) is None
-
-
-# ------------------------------------------------------------ mixed precision
-
-
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_mixed_precision(policy):
-    rng = np.random.default_rng(10)
-    inputs = 30 * rng.normal(size=(B, T, D)).astype("float32")
-    layer = AttentionPooling(UNITS, dtype=policy)
-    layer(inputs)
-    # A large context vector gives large logits: a float16 softmax or masking
-    # constant would overflow to inf and turn into NaN.
-    layer.context_vector.assign(200 * np.ones(UNITS, "float32"))
-    pooled, weights = layer(inputs, mask=lengths_mask([6, 1, 3], T), return_attention_scores=True)
-    compute = policy.split("_")[1]
-    assert pooled.dtype == compute and weights.dtype == compute
-    assert all(variable.dtype == "float32" for variable in layer.weights)
-    weights = np.asarray(weights, np.float32)
-    assert np.isfinite(np.asarray(pooled, np.float32)).all() and np.isfinite(weights).all()
-    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-2)
-    assert (weights[1, 1:] == 0).all()
-
-
-# ----------------------------------------------------------------- XLA training
-
-
-def test_functional_model_with_unknown_lengths_fits_with_xla():
-    rng = np.random.default_rng(11)
-    model = pooling_model()
-    model.compile(
-        optimizer=keras.optimizers.Adam(0.01),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=True,
-    )
-    pooling = model.get_layer("pooling")
-    before = [w.numpy().copy() for w in pooling.trainable_weights]
-    history = model.fit(token_batch(rng, 16, 7), rng.integers(0, 3, size=16), batch_size=8, epochs=2, verbose=0)
-    assert np.isfinite(history.history["loss"]).all()
-    predictions = model.predict(token_batch(rng, 4, 11), verbose=0)
-    assert predictions.shape == (4, 3) and np.isfinite(predictions).all()
-    for old, new in zip(before, pooling.trainable_weights):
-        assert not np.allclose(old, new.numpy()), f"{new.path} did not train"
-
-
-# --------------------------------------------------------------------- export
-
-
-def test_exports_to_saved_model_and_onnx_with_parity(tmp_path):
-    """Two sequences pooled and compared (the shared helper takes several inputs)."""
-    rng = np.random.default_rng(12)
-    first = keras.Input((None,), dtype="int32", name="first")
-    second = keras.Input((None,), dtype="int32", name="second")
-    embedding = keras.layers.Embedding(20, D, mask_zero=True)
-    pooling = AttentionPooling(UNITS)
-    joined = keras.layers.Concatenate()([pooling(embedding(first)), pooling(embedding(second))])
-    model = keras.Model([first, second], keras.layers.Dense(3)(joined))
-    randomize_model(model, rng)
-    batches = [
-        {"first": token_batch(rng, 3, 6), "second": token_batch(rng, 3, 4)},
-        {"first": token_batch(rng, 1, 9), "second": token_batch(rng, 1, 2)},
-    ]
-    assert_export_parity(model, batches, tmp_path, atol=1e-5)
 
 
 # --------------------------------------------------------------------- errors

@@ -9,7 +9,6 @@ import pytest
 
 import keras_attention as ka
 from tests import reference
-from tests.export_check import assert_export_parity
 from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch, unknown_shape_dataset, weights_of
 
 B, TT, TS, DY, DM, UNITS = 3, 4, 5, 3, 6, 7
@@ -350,34 +349,6 @@ def test_trains_with_xla_and_unknown_lengths(cell_kind):
     for old, new in zip(decoder_weights, model.get_layer("decoder").trainable_weights):
         assert not np.allclose(old, new.numpy()), new.path
     assert model.predict([token_batch(rng, 2, 9, 12), token_batch(rng, 2, 3, 12)], verbose=0).shape == (2, 3, 12)
-
-
-@pytest.mark.parametrize("cell_kind", ["gru", "lstm", "wrapper"])
-def test_keras_file_round_trip_and_export(cell_kind, tmp_path):
-    rng = np.random.default_rng(7)
-    model = seq2seq(cell_kind)
-    randomize_model(model, rng)
-    inputs = [token_batch(rng, 3, 6, 12), token_batch(rng, 3, 4, 12)]
-    model.save(tmp_path / "model.keras")
-    loaded = keras.saving.load_model(tmp_path / "model.keras")
-    np.testing.assert_array_equal(loaded(inputs), model(inputs))
-    batches = [
-        {"source": inputs[0], "target": inputs[1]},
-        {"source": token_batch(rng, 1, 9, 12), "target": token_batch(rng, 1, 2, 12)},
-    ]
-    assert_export_parity(model, batches, tmp_path, atol=1e-5)
-
-
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-@pytest.mark.parametrize("cell_kind", ["gru", "wrapper"])
-def test_mixed_precision(policy, cell_kind):
-    keras.config.set_dtype_policy(policy)
-    model = seq2seq(cell_kind)
-    rng = np.random.default_rng(8)
-    logits = model([token_batch(rng, 2, 6, 12), token_batch(rng, 2, 4, 12)])
-    assert logits.dtype == policy.split("_")[1]
-    assert all(w.dtype == "float32" for w in model.get_layer("decoder").weights)
-    assert np.isfinite(np.asarray(logits, np.float32)).all()
 
 
 # ------------------------------------------------------------ inference decoding

@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 from keras_attention.export import export_model
-from tests import layer_drivers
-from tests.layer_drivers import DRIVERS, check_results, driver_params
+from tests import layer_cases
+from tests.layer_cases import DRIVERS, check_results, driver_params
 
 # (batch, Tq, Tv) and whether every position is masked.
 EMPTY = {
@@ -49,7 +49,7 @@ def _inputs(case, seed=0):
         query_lengths=[0 if masked else query_length] * batch,
         value_lengths=[0 if masked else value_length] * batch,
     )
-    return layer_drivers.data(np.random.default_rng(seed), batch, query_length, value_length, **lengths)
+    return layer_cases.data(np.random.default_rng(seed), batch, query_length, value_length, **lengths)
 
 
 def _check(driver, results, query_valid, value_valid):
@@ -65,7 +65,7 @@ def _check(driver, results, query_valid, value_valid):
             assert (output[empty_rows] == 0).all(), f"{driver.id}: a row with no valid position is not zero"
     if "ids" in results:
         ids = np.asarray(results["ids"])
-        assert ((ids >= 0) & (ids < layer_drivers.VOCABULARY + value_valid.shape[1] + 1)).all()
+        assert ((ids >= 0) & (ids < layer_cases.VOCABULARY + value_valid.shape[1] + 1)).all()
 
 
 @driver_params()
@@ -74,7 +74,7 @@ def test_eagerly(driver, case):
     if (driver.id, case) in KERAS_LIMITS:
         pytest.skip(KERAS_LIMITS[driver.id, case])
     inputs = _inputs(case)
-    layer = driver.make("float32")
+    layer = driver.make(dtype="float32")
     if (driver.id, case) in REFUSED:
         with pytest.raises(ValueError, match=r"TargetedAttention: `target_mask` must mark at least one valid position"):
             driver.run(layer, *inputs)
@@ -97,13 +97,15 @@ NAMES = ["query", "value", "query_valid", "value_valid"]
 @pytest.fixture(scope="module")
 def model_and_export(tmp_path_factory):
     keras.utils.set_random_seed(3)
-    model, _ = layer_drivers.functional_model(MODEL_DRIVERS)
-    ordinary = dict(zip(NAMES, layer_drivers.data(np.random.default_rng(1), 2, 3, 4)))
-    model(ordinary)
+    model, _ = layer_cases.functional_model(MODEL_DRIVERS)
+    rng = np.random.default_rng(1)
+    ordinary = [dict(zip(NAMES, layer_cases.data(rng, *shape))) for shape in ((2, 3, 4), (1, 2, 9))]
+    model(ordinary[0])
     directory = tmp_path_factory.mktemp("empty") / "export"
-    # export_model verifies both artifacts against Keras on these batches.
-    samples = [ordinary] + [dict(zip(NAMES, _inputs(case))) for case in ("batch_0", "memory_0", "all_masked")]
-    report = export_model(model, directory, sample_inputs=samples)
+    # export_model verifies both artifacts against Keras on these batches:
+    # the export parity of every row, on ordinary batches and empty ones.
+    samples = ordinary + [dict(zip(NAMES, _inputs(case))) for case in ("batch_0", "memory_0", "all_masked")]
+    report = export_model(model, directory, sample_inputs=samples, atol=1e-5)
     assert report.ok
     return model, directory
 

@@ -1,28 +1,17 @@
 """The main example, examples/translate_dates.py, at smoke size (and under MirroredStrategy)."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+from keras_attention.export import load_vocabulary
+from tests import examples
 
-import translate_dates  # noqa: E402
-
-from keras_attention.export import load_vocabulary  # noqa: E402
+translate_dates = examples.load("translate_dates")
 
 
 def run(out, *extra):
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "translate_dates.py"), "--smoke", "--out", str(out), *extra],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]
+    completed = examples.run(examples.EXAMPLES / "translate_dates.py", "--smoke", "--out", out, *extra, timeout=900)
     return json.loads((out / "results.json").read_text()), completed.stdout
 
 

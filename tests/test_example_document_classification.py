@@ -2,23 +2,13 @@
 
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import keras_attention as ka
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests import examples
 
 
 def test_smoke_run_writes_model_plots_and_metrics(tmp_path):
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "document_classification.py"), "--smoke", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    completed = examples.run(examples.EXAMPLES / "document_classification.py", "--smoke", "--out", tmp_path)
     results = json.loads((tmp_path / "results.json").read_text())
     for name in (
         "accuracy",
@@ -40,12 +30,9 @@ def test_smoke_run_writes_model_plots_and_metrics(tmp_path):
 
 
 def test_generated_documents_hide_the_label_from_a_word_count():
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        import document_classification as dc
-        import numpy as np
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
+    import numpy as np
+
+    dc = examples.load("document_classification")
     documents, labels, keys = dc.make_documents(300, np.random.default_rng(0))
     ids = dc.encode(documents)
     assert ids.shape == (300, dc.MAX_SENTENCES, dc.MAX_WORDS)

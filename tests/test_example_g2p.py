@@ -1,25 +1,18 @@
 """The grapheme-to-phoneme example at smoke size: the whole pipeline on 50 real words."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-G2P = ROOT / "examples" / "g2p"
-sys.path.insert(0, str(G2P))
+from tests import examples
 
-import data  # noqa: E402
+G2P = examples.EXAMPLES / "g2p"
+data = examples.load("data", G2P)
 
 
 def run(*arguments, timeout=1200):
-    completed = subprocess.run(
-        [sys.executable, str(G2P / "train.py"), *map(str, arguments)], capture_output=True, text=True, timeout=timeout
-    )
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    return completed.stdout
+    return examples.run(G2P / "train.py", *arguments, timeout=timeout).stdout
 
 
 @pytest.fixture(scope="module")
@@ -72,21 +65,14 @@ def test_serve_command_pronounces_a_word_list(cmudict_smoke, tmp_path):
     out, _, _ = cmudict_smoke
     words = sorted(data.subset(data.cmudict_split()["train"], 50))[:5]
     (tmp_path / "words.txt").write_text("\n".join(words) + "\n")
-    completed = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "export" / "serve_onnx.py"),
-            str(out / "export"),
-            "--signature",
-            "pronounce",
-            "--texts",
-            str(tmp_path / "words.txt"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    completed = examples.run(
+        examples.ROOT / "export" / "serve_onnx.py",
+        out / "export",
+        "--signature",
+        "pronounce",
+        "--texts",
+        tmp_path / "words.txt",
     )
-    assert completed.returncode == 0, completed.stderr[-2000:]
     lines = completed.stdout.splitlines()
     assert [line.split("\t")[0] for line in lines] == words
     lexicon = data.cmudict_split()["train"]
@@ -116,37 +102,26 @@ def test_sigmorphon_files_are_shipped_with_their_attribution():
 
 
 def test_readme_results_are_generated_from_the_committed_results_files():
-    import report
-
+    report = examples.load("report", G2P)
     readme = report.README.read_text(encoding="utf-8")
     assert report.updated_readme(readme) == readme, "run python examples/g2p/report.py"
 
 
 def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smoke, tmp_path):
     out, _, _ = cmudict_smoke
-    completed = subprocess.run(
-        [
-            sys.executable,
-            str(G2P / "serving.py"),
-            str(out),
-            "--beam-widths",
-            "1",
-            "3",
-            "--limit",
-            "40",
-            "--batch-size",
-            "16",
+    examples.run(
+        G2P / "serving.py",
+        out,
+        *("--beam-widths", 1, 3, "--limit", 40, "--batch-size", 16),
+        *(
             "--phonetisaurus-model",
-            str(out / "phonetisaurus" / "train" / "model.fst"),
+            out / "phonetisaurus" / "train" / "model.fst",
             "--results",
-            str(tmp_path / "serving.json"),
+            tmp_path / "serving.json",
             "--int8",
-        ],
-        capture_output=True,
-        text=True,
+        ),
         timeout=1200,
     )
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     document = json.loads((tmp_path / "serving.json").read_text())
     assert document["test_words"] == 40 and [row["beam_width"] for row in document["widths"]] == [1, 3]
     for row in document["widths"]:
@@ -166,17 +141,14 @@ def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smok
     # Phonetisaurus is timed on the same words in the same run.
     peer = document["phonetisaurus"]
     assert peer["test_words"] == 40 and peer["words_per_second"] > 0 and 0.0 <= peer["per"] <= peer["wer"] <= 100.0
-    import report
-
+    report = examples.load("report", G2P)
     table = report.serving_table(document, json.loads((out / "results.json").read_text()))
     assert table.count("\n| ") == 6  # the header, two widths, their int8 copies and Phonetisaurus
     assert "| 3 | " in table and "| 3, int8 | " in table and "| Phonetisaurus |" in table
 
 
 def test_serving_study_refuses_a_directory_that_is_not_a_run(tmp_path):
-    completed = subprocess.run(
-        [sys.executable, str(G2P / "serving.py"), str(tmp_path)], capture_output=True, text=True, timeout=300
-    )
+    completed = examples.run(G2P / "serving.py", tmp_path, check=False)
     assert completed.returncode == 2
     assert f"argument run: {str(tmp_path)!r} has no results.json" in completed.stderr
     assert "Traceback" not in completed.stderr

@@ -3,25 +3,17 @@
 import csv
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests import examples
 
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     """One smoke run (one epoch) shared by the tests below: `(out, completed)`."""
     out = tmp_path_factory.mktemp("length_study")
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "length_study.py"), "--smoke", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    completed = examples.run(examples.EXAMPLES / "length_study.py", "--smoke", "--out", out, timeout=600, check=False)
     return out, completed
 
 
@@ -62,8 +54,7 @@ def test_length_study_smoke_writes_every_output(smoke_run):
 def test_length_study_models_export_with_parity(smoke_run, tmp_path):
     import keras_attention as ka
 
-    sys.path.insert(0, str(ROOT / "examples"))
-    import length_study  # noqa: F401  (registers the plain model's decoding layer)
+    examples.load("length_study")  # registers the plain model's decoding layer
 
     run, completed = smoke_run
     assert completed.returncode == 0, completed.stderr[-3000:]

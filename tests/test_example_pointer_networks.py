@@ -1,32 +1,19 @@
 """examples/pointer_networks.py: its geometry against brute force, and a smoke run end to end."""
 
-import importlib.util
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "examples" / "pointer_networks.py"
+from tests import examples
+
+SCRIPT = examples.EXAMPLES / "pointer_networks.py"
 
 
-def _example():
-    spec = importlib.util.spec_from_file_location("pointer_networks_example", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(SCRIPT.parent))  # the example imports its sibling `common`
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return module
-
-
-example = _example()
+example = examples.load("pointer_networks")
 
 
 def test_convex_hull_is_counter_clockwise_from_the_lowest_index_and_matches_brute_force():
@@ -77,10 +64,7 @@ def test_sorting_targets_are_the_ascending_order():
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("pointer")
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPT), "--smoke", "--out", str(out)], capture_output=True, text=True, timeout=300
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    completed = examples.run(SCRIPT, "--smoke", "--out", out)
     return out, json.loads((out / "results.json").read_text()), completed.stdout
 
 

@@ -2,24 +2,15 @@
 
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import keras_attention as ka
+from tests import examples
 
-ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("multi_head", "causal", "local", "mean_pooling")
 
 
 def test_smoke_run_writes_models_plots_and_metrics(tmp_path):
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "self_attention_classifier.py"), "--smoke", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    completed = examples.run(examples.EXAMPLES / "self_attention_classifier.py", "--smoke", "--out", tmp_path)
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["variants"]) == set(VARIANTS)
     for variant, metrics in results["variants"].items():
@@ -39,8 +30,7 @@ def test_smoke_run_writes_models_plots_and_metrics(tmp_path):
     assert "count MAE" in completed.stdout
     # The example's models export to SavedModel and ONNX with parity. Its
     # PositionEmbedding layer is registered by importing the example.
-    sys.path.insert(0, str(ROOT / "examples"))
-    import self_attention_classifier  # noqa: F401
+    examples.load("self_attention_classifier")
 
     for variant in ("multi_head", "local"):
         report = ka.export_model(str(tmp_path / f"{variant}.keras"), tmp_path / f"export_{variant}")
@@ -48,12 +38,9 @@ def test_smoke_run_writes_models_plots_and_metrics(tmp_path):
 
 
 def test_generated_counts_match_the_sequences():
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        import numpy as np
-        import self_attention_classifier as sa
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
+    import numpy as np
+
+    sa = examples.load("self_attention_classifier")
     sequences, counts = sa.make_sequences(500, np.random.default_rng(0))
     assert sequences.shape == (500, sa.LENGTH)
     capitals = sequences[:, 0]

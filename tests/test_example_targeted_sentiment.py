@@ -1,31 +1,17 @@
 """examples/targeted_sentiment.py: its corpus and metric, and a smoke run end to end."""
 
-import importlib.util
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "examples" / "targeted_sentiment.py"
+from tests import examples
+
+SCRIPT = examples.EXAMPLES / "targeted_sentiment.py"
 
 
-def _example():
-    spec = importlib.util.spec_from_file_location("targeted_sentiment_example", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(SCRIPT.parent))  # the example imports its sibling `common`
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return module
-
-
-example = _example()
+example = examples.load("targeted_sentiment")
 
 
 def test_every_sentence_has_entities_of_different_polarity_and_one_example_per_entity():
@@ -66,10 +52,7 @@ def test_macro_f1_against_hand_computed_values():
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("targeted")
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPT), "--smoke", "--out", str(out)], capture_output=True, text=True, timeout=300
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    completed = examples.run(SCRIPT, "--smoke", "--out", out)
     return out, json.loads((out / "results.json").read_text()), completed.stdout
 
 

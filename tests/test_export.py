@@ -28,7 +28,7 @@ from keras_attention.export import (
 from keras_attention.export import cli as export_cli
 from keras_attention.export import models as export_models
 from keras_attention.export import signatures as export_signatures
-from tests.layer_cases import CASES, keras_model, randomize_model, token_batch
+from tests.layer_cases import SCORE_CASES, keras_model, randomize_model, token_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCABULARY = 9  # ids; 0 pads, 1 starts, 2 ends
@@ -63,13 +63,13 @@ def small_model(vocabulary=20):
 
 
 def test_every_score_layer_exports_with_parity_and_a_report(tmp_path):
-    """One model, one output per score layer of CASES: the report is a layer x format table."""
+    """One model, one output per score layer of SCORE_CASES: the report is a layer x format table."""
     source = keras.Input((None,), dtype="int32", name="source")
     target = keras.Input((None,), dtype="int32", name="target")
     value = keras.layers.Embedding(20, 5, mask_zero=True)(source)
     query = keras.layers.Embedding(20, 4, mask_zero=True)(target)
     outputs = []
-    for case in CASES:
+    for case in SCORE_CASES:
         key = keras.layers.Dense(4 if case.same_dims else 3)(value)
         context = case.make(name=case.id)(query, value, key=key)
         outputs.append(keras.layers.Dense(2, name=f"{case.id}_logits")(keras.layers.GlobalAveragePooling1D()(context)))
@@ -79,11 +79,11 @@ def test_every_score_layer_exports_with_parity_and_a_report(tmp_path):
     report = export_model(model, tmp_path / "export")
 
     assert report.ok
-    names = [f"{case.id}_logits" for case in CASES]
+    names = [f"{case.id}_logits" for case in SCORE_CASES]
     for output in names:
         for format in ("saved_model", "onnx"):
             assert report.max_abs_diff(format, output) <= 1e-4
-    assert len(report.parity) == 2 * len(CASES)
+    assert len(report.parity) == 2 * len(SCORE_CASES)
     # Three batch sizes and three lengths were verified.
     shapes = {tuple(b["source"]) for b in report.batches["serving_default"]}
     assert len({s[0] for s in shapes}) >= 2 and len({s[1] for s in shapes}) >= 2
@@ -97,7 +97,7 @@ def test_every_score_layer_exports_with_parity_and_a_report(tmp_path):
     table = report.table()
     assert "max |diff|" in table and all(name in table for name in names)
     markdown = report.markdown().splitlines()
-    assert markdown[0] == "| output | saved_model | onnx |" and len(markdown) == 2 + len(CASES)
+    assert markdown[0] == "| output | saved_model | onnx |" and len(markdown) == 2 + len(SCORE_CASES)
     assert all(line.endswith(" ok |") for line in markdown[2:])
 
     # Named, dynamic inputs and outputs in both artifacts; new shapes run.
@@ -485,7 +485,7 @@ def test_subclassed_model_with_an_input_signature_and_text_samples(tmp_path):
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_model_is_exported_from_a_float32_copy(policy, tmp_path):
     keras.config.set_dtype_policy(policy)
-    model = keras_model(CASES[0], 4, 3, 5)
+    model = keras_model(SCORE_CASES[0], 4, 3, 5)
     keras.config.set_dtype_policy("float32")
     randomize_model(model, np.random.default_rng(4))
 

@@ -10,18 +10,23 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import keras_attention as ka
 from tests import reference
-from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
 from tests.layer_cases import (
+    CASES,
+    INPUT_NAMES,
+    SCORE_CASES,
     SOFT_CASES,
     built_layer,
     case_params,
+    data,
     dims,
-    keras_model,
+    functional_model,
     lengths_mask,
+    model_inputs,
+    randomize,
     randomize_model,
-    token_batch,
     unknown_shape_dataset,
     weights_of,
 )
@@ -41,7 +46,7 @@ def random_inputs(rng, case, rank, separate_key, dtype="float32"):
 # ----------------------------------------------------------------- the formula
 
 
-@case_params()
+@case_params(SCORE_CASES)
 @pytest.mark.parametrize("rank", [2, 3])
 @pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "masked"])
 @pytest.mark.parametrize("separate_key", [False, True], ids=["key=value", "key!=value"])
@@ -74,7 +79,7 @@ def test_matches_numpy_reference(case, rank, masked, separate_key):
 # ----------------------------------------------------------------- hand cases
 
 
-@case_params()
+@case_params(SCORE_CASES)
 def test_identical_keys_give_the_mean_of_the_valid_values(case):
     """All keys equal -> all scores equal -> uniform weights over valid positions."""
     rng = np.random.default_rng(1)
@@ -103,7 +108,7 @@ def test_ones_over_ones_with_lengths_1_to_4(case):
 # ----------------------------------------------------------------- invariants
 
 
-@case_params()
+@case_params(SCORE_CASES)
 def test_rows_sum_to_one_and_padding_gets_exactly_zero(case):
     rng = np.random.default_rng(3)
     query, value, key = random_inputs(rng, case, 3, separate_key=True)
@@ -120,7 +125,7 @@ def test_rows_sum_to_one_and_padding_gets_exactly_zero(case):
         assert set(np.unique(weights)) <= {0.0, 1.0}
 
 
-@case_params()
+@case_params(SCORE_CASES)
 @pytest.mark.parametrize("training", [False, True])
 def test_fully_masked_row_gives_zeros_and_finite_gradients(case, training):
     rng = np.random.default_rng(4)
@@ -155,7 +160,7 @@ def test_fully_masked_row_gives_zeros_and_finite_gradients(case, training):
 # ------------------------------------------------------------------ gradients
 
 
-@case_params()
+@case_params(SCORE_CASES)
 def test_gradients_match_finite_differences_in_float64(case):
     rng = np.random.default_rng(5)
     b, tq, tv = 2, 2, 3
@@ -188,101 +193,156 @@ def test_gradients_match_finite_differences_in_float64(case):
     assert_weight_gradients_match(layer, lambda: loss(*tensors), analytic[3:])
 
 
-# -------------------------------------------------------------- serialisation
+# ------------------------------------------------- every row of the table
+# The checks below run over every row (score layers, the other layers, the
+# cells through AttentionDecoder, the decoders), driven on the shared inputs.
+# Masks, empty inputs and fully masked rows: test_empty_inputs.py; both mixed
+# policies: test_precision.py; random shapes and policies: test_properties.py.
+
+
+def _public_layer_classes():
+    classes = {getattr(ka, name) for name in ka.__all__}
+    return {c for c in classes if isinstance(c, type) and issubclass(c, keras.layers.Layer)}
+
+
+# Public classes that are bases, not mechanisms: every row's layer is one.
+BASES = {ka.AttentionLayer, ka.BaseAttention}
+
+
+def test_every_public_layer_cell_and_decoder_has_a_row():
+    covered = set()
+    for case in CASES:
+        layer = case.make(dtype="float32")
+        covered.update(type(sub) for sub in layer._flatten_layers(include_self=True, recursive=True))
+        if case.scores is not None:
+            assert isinstance(layer, (ka.BaseAttention, ka.HardAttention))
+    missing = _public_layer_classes() - BASES - covered
+    assert not missing, f"no row of tests/layer_cases.py uses {sorted(c.__name__ for c in missing)}"
+    assert {type(case.make()) for case in SCORE_CASES} == {
+        ka.AdditiveAttention,
+        ka.DotAttention,
+        ka.ScaledDotAttention,
+        ka.GeneralAttention,
+        ka.ConcatAttention,
+        ka.HardAttention,
+    }
+    assert len({case.id for case in CASES}) == len(CASES)
+
+
+def _ordinary(rng, dtype="float32", batch=3, query_length=3, value_length=4):
+    """A batch where every example has at least one valid query and value."""
+    lengths = dict(
+        query_lengths=rng.integers(1, query_length + 1, size=batch),
+        value_lengths=rng.integers(1, value_length + 1, size=batch),
+    )
+    return data(rng, batch, query_length, value_length, dtype=dtype, **lengths)
+
+
+def _built(case, rng, inputs, dtype="float32"):
+    layer = case.make(dtype=dtype)
+    case.run(layer, *inputs)
+    randomize(layer, rng)
+    return layer
 
 
 @case_params()
 def test_get_config_round_trip_gives_identical_outputs(case):
     rng = np.random.default_rng(6)
-    query, value, key = random_inputs(rng, case, 3, separate_key=True)
-    layer = built_layer(case, rng, query, value, key)
+    inputs = _ordinary(rng)
+    layer = _built(case, rng, inputs)
     config = layer.get_config()
+    assert {key: config[key] for key in case.config} == case.config
     clone = type(layer).from_config(config)
     assert clone.get_config() == config
-    clone(query, value, key=key)
+    case.run(clone, *inputs)
     clone.set_weights(layer.get_weights())
-    mask = lengths_mask([6, 2, 4], TV)
-    np.testing.assert_array_equal(
-        clone(query, value, key=key, value_mask=mask), layer(query, value, key=key, value_mask=mask)
-    )
+    got, want = case.run(clone, *inputs), case.run(layer, *inputs)
+    assert got.keys() == want.keys() and len(clone.losses) == len(layer.losses)
+    for name in want:
+        assert got[name].shape == want[name].shape
+        if not case.random:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{case.id} {name}")
 
 
-@case_params()
+@case_params(check="model")
 def test_keras_file_round_trip_without_custom_objects(case, tmp_path):
     rng = np.random.default_rng(7)
-    model = keras_model(case, *dims(case))
+    model, _ = functional_model([case])
     randomize_model(model, rng)
-    inputs = [token_batch(rng, 3, 6), token_batch(rng, 3, 4)]
-    path = tmp_path / "model.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path)  # safe mode, no custom_objects
-    assert type(loaded.get_layer("attention")) is type(model.get_layer("attention"))
-    np.testing.assert_array_equal(loaded(inputs), model(inputs))
+    inputs = dict(zip(INPUT_NAMES, _ordinary(rng)))
+    want = model(inputs)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")  # safe mode, no custom_objects
+    layer, original = loaded.get_layer(case.id), model.get_layer(case.id)
+    assert type(layer) is type(original)
+
+    # Nested layers (cells, embeddings) may be renamed when loaded: every
+    # entry but theirs (a layer's config has a name).
+    def own(config):
+        return {k: v for k, v in config.items() if "name" not in (v.get("config") or {} if isinstance(v, dict) else {})}
+
+    assert own(layer.get_config()) == own(original.get_config())
+    assert [type(sub) for sub in layer._flatten_layers()] == [type(sub) for sub in original._flatten_layers()]
+    got = loaded(inputs)
+    for name in want:
+        if not case.random:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{case.id} {name}")
 
 
-# ------------------------------------------------------------ mixed precision
+@case_params([case for case in CASES if case.scores is None], check="gradients")
+def test_every_row_s_gradients_match_finite_differences_in_float64(case):
+    """Input gradients (of the inputs the output reads) and weight gradients;
+    the score layers also check the key's in the test above."""
+    rng = np.random.default_rng(5)
+    query, value, query_valid, value_valid = data(
+        rng, 2, 2, 3, query_lengths=[2, 1], value_lengths=[3, 2], dtype="float64"
+    )
+    layer = _built(case, rng, (query, value, query_valid, value_valid), dtype="float64")
+    shape = case.readout(case.run(layer, query, value, query_valid, value_valid)).shape
+    readout = rng.normal(size=shape)
+
+    def loss(q, v):
+        output = case.readout(case.run(layer, q, v, query_valid, value_valid))
+        return tf.reduce_sum(output * readout) + sum(layer.losses)
+
+    tensors = [tf.constant(x) for x in (query, value)]
+    with tf.GradientTape() as tape:
+        tape.watch(tensors)
+        value_of_loss = loss(*tensors)
+    analytic = tape.gradient(value_of_loss, tensors + layer.trainable_weights)
+    assert value_of_loss.dtype == tf.float64
+    assert_input_gradients_match(loss, [query, value], analytic, indices=case.inputs_used, names=["query", "value"])
+    if "weight_gradients" not in case.skip:
+        assert_weight_gradients_match(layer, lambda: loss(*tensors), analytic[2:])
 
 
-@case_params()
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_mixed_precision(case, policy):
-    rng = np.random.default_rng(8)
-    query, value, key = random_inputs(rng, case, 3, separate_key=True)
-    layer = case.make(dtype=policy)
-    # Large inputs give large logits: a float16 softmax or a float16 masking
-    # constant would overflow to inf and turn into NaN.
-    query, key = query * 30, key * 30
-    mask = lengths_mask([6, 1, 3], TV)
-    context, weights = layer(query, value, key=key, value_mask=mask, return_attention_scores=True)
-    compute = policy.split("_")[1]
-    assert context.dtype == compute and weights.dtype == compute
-    assert all(variable.dtype == "float32" for variable in layer.weights)
-    weights = np.asarray(weights, np.float32)
-    assert np.isfinite(np.asarray(context, np.float32)).all() and np.isfinite(weights).all()
-    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-2)
-    assert (weights[1, :, 1:] == 0).all()
-
-
-# ----------------------------------------------------------------- XLA training
-
-
-@case_params()
+@case_params(check="fit")
 def test_functional_model_with_unknown_lengths_fits_with_xla(case):
     rng = np.random.default_rng(9)
-    model = keras_model(case, *dims(case))
+    inputs = model_inputs()
+    output = case.readout(case.run(case.make(name=case.id), *inputs.values()))
+    axes = tuple(range(1, len(output.shape)))  # every axis but the batch
+    features = keras.ops.stack([keras.ops.mean(output, axes), keras.ops.mean(output**2, axes)], axis=-1)
+    model = keras.Model(inputs, keras.layers.Dense(3)(features))
     model.compile(
         optimizer=keras.optimizers.Adam(0.01),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=True,
     )
-    attention = model.get_layer("attention")
+    attention = model.get_layer(case.id)
     before = [w.numpy().copy() for w in attention.trainable_weights]
     batches = [
-        (
-            (token_batch(rng, batch, source_length), token_batch(rng, batch, target_length)),
-            rng.integers(0, 3, size=batch),
-        )
-        for batch, source_length, target_length in ((8, 7, 5), (5, 4, 6))
+        (dict(zip(INPUT_NAMES, _ordinary(rng, "float32", *shape))), rng.integers(0, 3, size=shape[0]))
+        for shape in ((8, 5, 7), (5, 6, 4))
     ]
-    history = model.fit(unknown_shape_dataset(batches), epochs=2, shuffle=False, verbose=0)
+    history = model.fit(unknown_shape_dataset(batches, features_known=True), epochs=2, shuffle=False, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
     # Other lengths reuse the same model (the shapes were never fixed).
-    predictions = model.predict([token_batch(rng, 4, 11), token_batch(rng, 4, 3)], verbose=0)
+    predictions = model.predict(dict(zip(INPUT_NAMES, _ordinary(rng, "float32", 4, 3, 11))), verbose=0)
     assert predictions.shape == (4, 3) and np.isfinite(predictions).all()
     for old, new in zip(before, attention.trainable_weights):
         assert not np.allclose(old, new.numpy()), f"{new.path} did not train"
 
 
-# --------------------------------------------------------------------- export
-
-
-@case_params()
-def test_exports_to_saved_model_and_onnx_with_parity(case, tmp_path):
-    rng = np.random.default_rng(10)
-    model = keras_model(case, *dims(case))
-    randomize_model(model, rng)
-    batches = [
-        {"source": token_batch(rng, 3, 6), "target": token_batch(rng, 3, 4)},
-        {"source": token_batch(rng, 1, 9), "target": token_batch(rng, 1, 2)},
-    ]
-    assert_export_parity(model, batches, tmp_path, atol=1e-5)
+# Export parity of every row (one model, one export): test_empty_inputs.py,
+# on ordinary batches of two sizes and on empty ones.

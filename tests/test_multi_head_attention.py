@@ -12,9 +12,8 @@ import tensorflow as tf
 import keras_attention
 from keras_attention.layers.multi_head import MultiHeadAttention
 from tests import reference
-from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
-from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch
+from tests.layer_cases import lengths_mask, randomize, token_batch
 
 B, TQ, TV = 3, 4, 6
 DQ, DK, DV = 4, 3, 5
@@ -361,33 +360,6 @@ def test_get_config_round_trip_gives_identical_outputs():
     assert len(clone.losses) == 4  # l2 on the four kernels; no biases to regularise
 
 
-def _attention_model(vocabulary=20):
-    """Functional model, unknown lengths, Keras masks from padding id 0: causal
-    self-attention (explicit path, weights returned) then cross-attention (fused)."""
-    source = keras.Input((None,), dtype="int32", name="source")
-    target = keras.Input((None,), dtype="int32", name="target")
-    value = keras.layers.Embedding(vocabulary, DV, mask_zero=True)(source)
-    key = keras.layers.Dense(DK)(value)
-    query = keras.layers.Embedding(vocabulary, DQ, mask_zero=True)(target)
-    query, _ = make(name="self_attention")(query, query, causal=True, return_attention_scores=True)
-    context = make(name="attention", output_dim=6)(query, value, key=key)
-    pooled = keras.layers.GlobalAveragePooling1D()(context)
-    return keras.Model([source, target], keras.layers.Dense(3)(pooled))
-
-
-def test_keras_file_round_trip_without_custom_objects(tmp_path):
-    rng = np.random.default_rng(9)
-    model = _attention_model()
-    randomize_model(model, rng)
-    batch = [token_batch(rng, 3, 6), token_batch(rng, 3, 4)]
-    path = tmp_path / "model.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path)  # safe mode, no custom_objects
-    assert type(loaded.get_layer("attention")) is MultiHeadAttention
-    assert loaded.get_layer("attention").get_config() == model.get_layer("attention").get_config()
-    np.testing.assert_array_equal(loaded(batch), model(batch))
-
-
 # ------------------------------------------------------------ mixed precision
 
 
@@ -413,7 +385,21 @@ def test_mixed_precision(policy):
     np.testing.assert_allclose(fast, output, rtol=0.05, atol=0.05 * np.abs(output).max())
 
 
-# ----------------------------------------------------------------- XLA training
+# --------------------------------------------------------------------- errors
+
+
+def _attention_model(vocabulary=20):
+    """Functional model, unknown lengths, Keras masks from padding id 0: causal
+    self-attention (explicit path, weights returned) then cross-attention (fused)."""
+    source = keras.Input((None,), dtype="int32", name="source")
+    target = keras.Input((None,), dtype="int32", name="target")
+    value = keras.layers.Embedding(vocabulary, DV, mask_zero=True)(source)
+    key = keras.layers.Dense(DK)(value)
+    query = keras.layers.Embedding(vocabulary, DQ, mask_zero=True)(target)
+    query, _ = make(name="self_attention")(query, query, causal=True, return_attention_scores=True)
+    context = make(name="attention", output_dim=6)(query, value, key=key)
+    pooled = keras.layers.GlobalAveragePooling1D()(context)
+    return keras.Model([source, target], keras.layers.Dense(3)(pooled))
 
 
 def test_functional_model_with_unknown_lengths_fits_with_xla():
@@ -445,20 +431,6 @@ def test_functional_model_with_unknown_lengths_fits_with_xla():
 
 
 # --------------------------------------------------------------------- export
-
-
-def test_exports_to_saved_model_and_onnx_with_parity(tmp_path):
-    rng = np.random.default_rng(12)
-    model = _attention_model()
-    randomize_model(model, rng)
-    batches = [
-        {"source": token_batch(rng, 3, 6), "target": token_batch(rng, 3, 4)},
-        {"source": token_batch(rng, 1, 9), "target": token_batch(rng, 1, 2)},
-    ]
-    assert_export_parity(model, batches, tmp_path, atol=1e-5)
-
-
-# --------------------------------------------------------------------- errors
 
 
 def _zeros(*shape):

@@ -10,7 +10,7 @@ import hypothesis.extra.numpy as hnp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.layer_drivers import DRIVERS, D, check_results, driver_params
+from tests.layer_cases import DRIVERS, D, check_results, driver_params
 
 POLICIES = ["float32", "mixed_float16", "mixed_bfloat16", "float64"]
 # Keras's own layers cannot run these inputs (see test_empty_inputs):
@@ -58,7 +58,7 @@ def test_every_layer_on_random_inputs(driver, call):
     query, value, query_valid, value_valid = inputs
     if _keras_cannot(driver_id, query.shape[0], query.shape[1], value.shape[1]):
         return
-    layer = driver.make(policy)
+    layer = driver.make(dtype=policy)
     try:
         results = driver.run(layer, *inputs)
     except ValueError as error:

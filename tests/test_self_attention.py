@@ -12,9 +12,8 @@ from keras_attention.layers.dot import DotAttention
 from keras_attention.layers.hard import HardAttention
 from keras_attention.layers.self_attention import SelfAttention
 from tests import reference
-from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
-from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch, weights_of
+from tests.layer_cases import lengths_mask, randomize, token_batch, weights_of
 
 B, T, D, UNITS = 3, 7, 5, 4
 
@@ -409,25 +408,6 @@ def _model(vocabulary=20, **kwargs):
     return keras.Model([tokens], keras.layers.Dense(3)(pooled))
 
 
-def _randomized_model(rng, **kwargs):
-    model = _model(**kwargs)
-    randomize_model(model, rng)
-    return model
-
-
-def test_keras_file_round_trip_without_custom_objects(tmp_path):
-    rng = np.random.default_rng(12)
-    model = _randomized_model(rng, score="additive", causal=True, window=3, regularization_weight=0.1, use_bias=True)
-    ids = token_batch(rng, 3, 6)
-    path = tmp_path / "model.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path)  # safe mode, no custom_objects
-    attention = loaded.get_layer("attention")
-    assert type(attention) is SelfAttention and type(attention.score_layer) is AdditiveAttention
-    assert attention.get_config() == model.get_layer("attention").get_config()
-    np.testing.assert_array_equal(loaded([ids]), model([ids]))
-
-
 # ----------------------------------------------------------- mixed precision
 
 
@@ -475,21 +455,6 @@ def test_functional_model_with_unknown_lengths_fits_with_xla():
         assert not np.allclose(old, new.numpy()), f"{new.path} did not train"
     model([x[:4]])
     assert len(model.losses) == 1 and float(model.losses[0]) > 0
-
-
-# ---------------------------------------------------------------------- export
-
-
-@pytest.mark.parametrize(
-    "kwargs",
-    [dict(causal=True, window=3, regularization_weight=0.1), dict(score="additive", window=4, use_bias=True)],
-    ids=["causal_window", "additive_window"],
-)
-def test_exports_to_saved_model_and_onnx_with_parity(kwargs, tmp_path):
-    rng = np.random.default_rng(15)
-    model = _randomized_model(rng, **kwargs)
-    batches = [{"tokens": token_batch(rng, 3, 6)}, {"tokens": token_batch(rng, 1, 9)}]
-    assert_export_parity(model, batches, tmp_path, atol=1e-5)
 
 
 # ---------------------------------------------------------------------- errors

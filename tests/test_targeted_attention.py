@@ -302,21 +302,6 @@ def test_get_config_round_trip_gives_identical_outputs(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_keras_file_round_trip_without_custom_objects(mode, tmp_path):
-    rng = np.random.default_rng(9)
-    model = bilstm_model(mode)
-    randomize_model(model, rng)
-    ids = token_batch(rng, 3, 6)
-    inputs = [ids, target_batch(rng, ids)]
-    path = tmp_path / "model.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path)  # safe mode, no custom_objects
-    assert type(loaded.get_layer("attention")) is TargetedAttention
-    assert loaded.get_layer("attention").mode == mode
-    np.testing.assert_array_equal(loaded(inputs), model(inputs))
-
-
-@pytest.mark.parametrize("mode", MODES)
 def test_functional_model_honours_the_keras_mask(mode):
     """Extra padding must not change a prediction: the embedding's mask reaches the layer."""
     rng = np.random.default_rng(14)
