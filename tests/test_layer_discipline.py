@@ -218,7 +218,9 @@ def test_every_public_layer_cell_and_decoder_has_a_row():
             assert isinstance(layer, (ka.BaseAttention, ka.HardAttention))
     missing = _public_layer_classes() - BASES - covered
     assert not missing, f"no row of tests/layer_cases.py uses {sorted(c.__name__ for c in missing)}"
-    assert {type(case.make()) for case in SCORE_CASES} == {
+    # Today's score layers keep their NumPy-reference rows (a new score layer
+    # adds its own row; nothing else needs to change here).
+    assert {type(case.make()) for case in SCORE_CASES} >= {
         ka.AdditiveAttention,
         ka.DotAttention,
         ka.ScaledDotAttention,
