@@ -75,8 +75,9 @@ def rewrite_config(source, target, edit):
             dst.writestr(item, data)
 
 
-def test_the_package_exports_both_decoders():
-    assert decoders.__all__ == ["AttentionDecoder", "InferenceDecoder"]
+def test_the_package_exports_both_decoders_and_the_stepwise_split():
+    assert decoders.__all__ == ["AttentionDecoder", "InferenceDecoder", "stepwise_models"]
+    assert decoders.stepwise_models is ka.stepwise_models
     assert decoders.AttentionDecoder is ka.AttentionDecoder
     assert decoders.InferenceDecoder is ka.InferenceDecoder
     assert ka.AttentionDecoder.__module__ == NEW_MODULES["AttentionDecoder"]
