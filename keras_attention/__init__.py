@@ -5,7 +5,7 @@ Every layer is a registered, serialisable `keras.layers.Layer` written with
 and export to TensorFlow SavedModel and ONNX.
 
 The top-level names come from the subpackages' `__all__`: every layer of
-`keras_attention.layers` and both decoders of `keras_attention.decoders`, so
+`keras_attention.layers` and the decoders of `keras_attention.decoders`, so
 a mechanism is added to `layers/__init__.py` only; the cells, the losses, the
 models and the ops are picked by name below.
 """

@@ -69,7 +69,7 @@ class Case:
         """Whether `output` is a weighted sum of values, zero on a row with
         no allowed position (the attention layers; not the decoders, whose
         outputs carry a state)."""
-        return self.allowed is not None and not self.id.startswith(("decoder", "greedy", "beam", "sample"))
+        return self.allowed is not None and not self.id.startswith(("decoder", "greedy", "beam", "sample", "ensemble"))
 
     def reference(self, weights, query, value, key, mask):
         scores = self.scores(weights, query, key)
@@ -175,24 +175,42 @@ def decoder(id, make_cell, weights="soft"):
     return Case(id, make, run, weights, _keys)
 
 
+def _member_decoder(attention, method="greedy", **kw):
+    dtype = kw.get("dtype")
+    return ka.InferenceDecoder(
+        ka.AttentionGRUCell(5, attention, dtype=dtype),
+        keras.layers.Embedding(VOCABULARY, 3, dtype=dtype),
+        keras.layers.Dense(VOCABULARY, dtype=dtype),
+        1,
+        2,
+        MAX_LENGTH,
+        method=method,
+        beam_width=3,
+        **kw,
+    )
+
+
 def inference(id, method, attention):
+    return _decoding_case(id, method, lambda **kw: _member_decoder(attention(), method, **kw), memories=1)
+
+
+def ensemble(id, method, **options):
+    """Two members over one source (an additive and a general attention)."""
+
     def make(**kw):
         dtype = kw.get("dtype")
-        cell = ka.AttentionGRUCell(5, attention(), dtype=dtype)
-        return ka.InferenceDecoder(
-            cell,
-            keras.layers.Embedding(VOCABULARY, 3, dtype=dtype),
-            keras.layers.Dense(VOCABULARY, dtype=dtype),
-            1,
-            2,
-            MAX_LENGTH,
-            method=method,
-            beam_width=3,
-            **kw,
-        )
+        members = [
+            _member_decoder(ka.AdditiveAttention(3, dtype=dtype), dtype=dtype),
+            _member_decoder(ka.GeneralAttention(dtype=dtype), dtype=dtype),
+        ]
+        return ka.EnsembleDecoder(members, method=method, beam_width=3, **options, **kw)
 
+    return _decoding_case(id, method, make, memories=2)
+
+
+def _decoding_case(id, method, make, memories):
     def run(layer, query, value, query_valid, value_valid):
-        result = layer(value, memory_mask=value_valid)
+        result = layer(value if memories == 1 else [value] * memories, memory_mask=value_valid)
         return {
             "ids": result["ids"],
             "lengths": result["lengths"],
@@ -306,6 +324,8 @@ CASES = [
     inference("greedy_additive", "greedy", lambda: ka.AdditiveAttention(3)),
     inference("beam_general", "beam", lambda: ka.GeneralAttention()),
     inference("sample_concat", "sample", lambda: ka.ConcatAttention(3)),
+    ensemble("ensemble_beam", "beam"),
+    ensemble("ensemble_greedy_geometric", "greedy", combine="log_probabilities"),
     Case(
         "pointer_network",
         lambda **kw: ka.PointerNetwork(5, max_length=MAX_LENGTH, beam_width=2, **kw),

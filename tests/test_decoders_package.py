@@ -76,7 +76,7 @@ def rewrite_config(source, target, edit):
 
 
 def test_the_package_exports_both_decoders_and_the_stepwise_split():
-    assert decoders.__all__ == ["AttentionDecoder", "InferenceDecoder", "stepwise_models"]
+    assert decoders.__all__ == ["AttentionDecoder", "EnsembleDecoder", "InferenceDecoder", "stepwise_models"]
     assert decoders.stepwise_models is ka.stepwise_models
     assert decoders.AttentionDecoder is ka.AttentionDecoder
     assert decoders.InferenceDecoder is ka.InferenceDecoder

@@ -18,7 +18,12 @@ def run(*arguments, timeout=1200):
 @pytest.fixture(scope="module")
 def cmudict_smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("g2p_cmudict")
-    stdout = run("cmudict", "--smoke", "--out", out, "--results", out / "results" / "g2p_cmudict.json")
+    # Two models pronouncing together: the export, the serve command and the
+    # serving study below all go through the ensemble (SIGMORPHON's smoke
+    # covers one model alone).
+    stdout = run(
+        "cmudict", "--smoke", "--ensemble", "2", "--out", out, "--results", out / "results" / "g2p_cmudict.json"
+    )
     return out, json.loads((out / "results.json").read_text()), stdout
 
 
@@ -42,13 +47,17 @@ def test_smoke_model_memorises_its_fifty_words_and_exports_with_parity(cmudict_s
     assert ours["wer_greedy"] <= 10.0 and ours["wer"] <= 10.0
     assert 0.0 <= ours["per"] <= ours["wer"]
     assert ours["history"] and ours["history"][-1]["train_seconds"] > 0
+    assert ours["ensemble"] == 2 and [member["seed"] for member in ours["members"]] == [0, 1]
+    assert ours["train_seconds"] == pytest.approx(sum(member["train_seconds"] for member in ours["members"]), abs=0.2)
+    for number, member in enumerate(ours["members"]):
+        for name in ("g2p_trainer.keras", "history.json", "best.weights.h5"):
+            assert (out / f"member_{number}" / name).stat().st_size > 0, (number, name)
+        assert member["test_wer"] <= 10.0  # each model learnt the words on its own too
     assert ours["onnx_serving"]["same_as_keras"] >= 0.999
     assert all(diff <= 1e-4 for diff in ours["export_parity"].values())
     for name in (
-        "g2p_trainer.keras",
         "g2p_greedy.keras",
         "g2p_beam.keras",
-        "history.json",
         "export/pronounce.onnx",
         "export/vocabulary.json",
     ):

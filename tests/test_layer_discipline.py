@@ -278,10 +278,17 @@ def test_keras_file_round_trip_without_custom_objects(case, tmp_path):
     layer, original = loaded.get_layer(case.id), model.get_layer(case.id)
     assert type(layer) is type(original)
 
-    # Nested layers (cells, embeddings) may be renamed when loaded: every
-    # entry but theirs (a layer's config has a name).
+    # Nested layers (cells, embeddings, an ensemble's members) may be
+    # renamed when loaded: every entry but theirs (a layer's config has a name).
+    def is_layer(value):
+        return isinstance(value, dict) and "name" in (value.get("config") or {})
+
     def own(config):
-        return {k: v for k, v in config.items() if "name" not in (v.get("config") or {} if isinstance(v, dict) else {})}
+        return {
+            k: v
+            for k, v in config.items()
+            if not (is_layer(v) or (isinstance(v, list) and v and all(map(is_layer, v))))
+        }
 
     assert own(layer.get_config()) == own(original.get_config())
     assert [type(sub) for sub in layer._flatten_layers()] == [type(sub) for sub in original._flatten_layers()]

@@ -8,7 +8,9 @@
 Three models share every layer: the teacher-forced trainer, and the greedy and
 beam-search pronouncers (`InferenceDecoder`), whose decode loop runs in the
 graph and exports with them. The decoder starts from the encoder's final
-states (through a tanh bridge), as in Bahdanau et al. 2014.
+states (through a tanh bridge), as in Bahdanau et al. 2014. Several trained
+models pronounce together through `EnsembleDecoder` (`build_ensemble`): one
+search, each step averaging their phone probabilities.
 """
 
 import dataclasses
@@ -57,10 +59,35 @@ def decoder_cell(config):
     raise ValueError(f"ModelConfig: `decoder` must be one of {DECODERS}; got {config.decoder!r}.")
 
 
+@dataclasses.dataclass
+class Models:
+    """One G2P model's Keras models, over shared layers."""
+
+    trainer: keras.Model  # [letters, previous phones] -> phone logits
+    greedy: keras.Model  # letters -> greedy decoding, with alignments
+    beam: keras.Model  # letters -> beam search
+    encoder: keras.Model  # letters -> [memory, decoder state h, decoder state c]
+    decoder: ka.InferenceDecoder  # the greedy decoder: the cell, embedding and read-out an ensemble steps
+
+
+def _pronouncer(config, target_vocabulary, method, return_alignments):
+    """The search options of a pronouncer (one model's or an ensemble's)."""
+    return dict(
+        start_token=target_vocabulary.start_id,
+        end_token=target_vocabulary.end_id,
+        max_length=config.max_length,
+        method=method,
+        beam_width=config.beam_width,
+        length_penalty_weight=config.length_penalty,
+        early_stopping=config.early_stopping and method == "beam",
+        return_alignments=return_alignments,
+    )
+
+
 def build_models(source_vocabulary, target_vocabulary, config, beam_alignments=False):
-    """(trainer, greedy, beam) Keras models over shared layers. The greedy
-    model returns the alignments (for the heat-maps); the beam model, which
-    serves, only with `beam_alignments`."""
+    """A `Models` over shared layers. The greedy model returns the alignments
+    (for the heat-maps); the beam model, which serves, only with
+    `beam_alignments`."""
     letters = keras.Input((None,), dtype="int32", name="letters")
     previous_phones = keras.Input((None,), dtype="int32", name="previous_phones")
 
@@ -94,21 +121,39 @@ def build_models(source_vocabulary, target_vocabulary, config, beam_alignments=F
     )
     trainer = keras.Model([letters, previous_phones], readout(outputs), name="g2p_trainer")
 
-    def pronouncer(method):
-        decoded = ka.InferenceDecoder(
+    decoders = {}
+    for method in ("greedy", "beam"):
+        decoders[method] = ka.InferenceDecoder(
             cell,
             phone_embedding,
             readout,
-            start_token=target_vocabulary.start_id,
-            end_token=target_vocabulary.end_id,
-            max_length=config.max_length,
-            method=method,
-            beam_width=config.beam_width,
-            length_penalty_weight=config.length_penalty,
-            early_stopping=config.early_stopping and method == "beam",
-            return_alignments=method == "greedy" or beam_alignments,
+            **_pronouncer(config, target_vocabulary, method, method == "greedy" or beam_alignments),
             name=f"{method}_decoder",
-        )(memory, initial_state=initial_state)
-        return keras.Model(letters, decoded, name=f"g2p_{method}")
+        )
+    greedy, beam = (
+        keras.Model(letters, decoders[method](memory, initial_state=initial_state), name=f"g2p_{method}")
+        for method in ("greedy", "beam")
+    )
+    encoder = keras.Model(letters, [memory, *initial_state], name="g2p_encoder")
+    return Models(trainer, greedy, beam, encoder, decoders["greedy"])
 
-    return trainer, pronouncer("greedy"), pronouncer("beam")
+
+def build_ensemble(members, target_vocabulary, config, method, return_alignments=False):
+    """letters -> one `method` search over every member (`Models`), each
+    reading its own encoder's memory and starting from its own bridge: the
+    members' phone probabilities are averaged at every step."""
+    letters = keras.Input((None,), dtype="int32", name="letters")
+    memories, states = [], []
+    for number, member in enumerate(members):
+        # The same encoder layers under a name of their own in this model.
+        encoder = keras.Model(member.encoder.inputs, member.encoder.outputs, name=f"g2p_encoder_{number}")
+        memory, *state = encoder(letters)
+        memories.append(memory)
+        states.append(state)
+    ensemble = ka.EnsembleDecoder(
+        [member.decoder for member in members],
+        **_pronouncer(config, target_vocabulary, method, return_alignments),
+        name=f"ensemble_{method}_decoder",
+    )
+    decoded = ensemble(memories, memory_mask=keras.ops.not_equal(letters, 0), initial_state=states)
+    return keras.Model(letters, decoded, name=f"g2p_ensemble_{method}")

@@ -3,7 +3,8 @@
     python examples/g2p/serving.py runs/g2p_cmudict_big [--beam-widths 1 2 3 5] [--batch-size 256]
         [--results results/g2p_cmudict_serving.json] [--limit N] [--phonetisaurus-model MODEL.fst] [--int8]
 
-For each beam width the run's trained weights are rebuilt into a beam model
+For each beam width the run's trained weights (each model's, for an
+ensemble) are rebuilt into a beam model
 (with early stopping, which returns the full search's best beam), scored on
 the CMUdict test words with Keras, exported to ONNX with its `pronounce`
 signature, and served through onnxruntime in a fresh process: a process that
@@ -62,10 +63,23 @@ def parse_args(argv=None):
         parser.error(f"argument --limit: expected an integer >= 1, got {args.limit}")
     if args.batch_size < 1:
         parser.error(f"argument --batch-size: expected an integer >= 1, got {args.batch_size}")
-    for name in ("results.json", "g2p_trainer.keras"):
-        if not (Path(args.run) / name).is_file():
-            parser.error(f"argument run: {args.run!r} has no {name} (is it a finished CMUdict training run?)")
+    if not (Path(args.run) / "results.json").is_file():
+        parser.error(f"argument run: {args.run!r} has no results.json (is it a finished CMUdict training run?)")
+    trained = json.loads((Path(args.run) / "results.json").read_text())
+    for path in trainer_paths(args.run, trained):
+        if not path.is_file():
+            parser.error(
+                f"argument run: {args.run!r} has no {path.relative_to(args.run)} (a finished training run has)"
+            )
     return args
+
+
+def trainer_paths(run, trained):
+    """The trained model's `.keras` file, or each of its ensemble's."""
+    size = trained.get("ours", {}).get("ensemble", 1)
+    if size == 1:
+        return [Path(run) / "g2p_trainer.keras"]
+    return [Path(run) / f"member_{number}" / "g2p_trainer.keras" for number in range(size)]
 
 
 def throughput(directory, words_file, batch_size, precision="float32"):
@@ -144,14 +158,16 @@ def study(args):
         letters, phones = vocabularies(split["train"])
     else:
         letters, phones = vocabulary["source"], vocabulary["target"]
-    trainer_weights = keras.saving.load_model(run / "g2p_trainer.keras").get_weights()
+    trained_weights = [keras.saving.load_model(path).get_weights() for path in trainer_paths(run, trained)]
     words = sorted(split["test"])[: args.limit]
     test = {word: split["test"][word] for word in words}
     rows = []
     for width in args.beam_widths:
         config = dataclasses.replace(base_config, beam_width=width, early_stopping=True)
-        trainer, _, beam = g2p_model.build_models(letters, phones, config)
-        trainer.set_weights(trainer_weights)
+        members = [g2p_model.build_models(letters, phones, config) for _ in trained_weights]
+        for models, weights in zip(members, trained_weights):
+            models.trainer.set_weights(weights)
+        beam = members[0].beam if len(members) == 1 else g2p_model.build_ensemble(members, phones, config, "beam")
         begin = time.perf_counter()
         rates, _ = score(beam, test, letters, phones)
         keras_rate = len(words) / (time.perf_counter() - begin)

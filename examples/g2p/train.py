@@ -41,6 +41,8 @@ import keras_attention as ka
 from keras_attention.text import Vocabulary
 
 SMOKE_WORDS = 50
+# Models per SIGMORPHON language, pronouncing together (--ensemble).
+SIGMORPHON_ENSEMBLE = 1
 
 
 def parse_args(argv=None):
@@ -57,6 +59,14 @@ def parse_args(argv=None):
     parser.add_argument("--no-peer", action="store_true", help="CMUdict: skip the Phonetisaurus comparison")
     parser.add_argument("--no-export", action="store_true", help="CMUdict: skip the SavedModel/ONNX export")
     parser.add_argument(
+        "--ensemble",
+        type=int,
+        default=None,
+        help="train this many models (seeds seed, seed + 1, ...) and pronounce with all of them "
+        "(EnsembleDecoder: their phone probabilities averaged at every step); default 1 for CMUdict, "
+        f"{SIGMORPHON_ENSEMBLE} for SIGMORPHON",
+    )
+    parser.add_argument(
         "--normalization",
         choices=("NFC", "NFD", "NFKC", "NFKD", "none"),
         help="Unicode normal form of the letters (default: none for CMUdict, NFD for SIGMORPHON)",
@@ -71,6 +81,10 @@ def parse_args(argv=None):
         else:
             parser.add_argument(flag, type=kind, help=f"(default {field.default})")
     args = parser.parse_args(argv)
+    if args.ensemble is not None and args.ensemble < 1:
+        parser.error(f"argument --ensemble: expected an integer >= 1, got {args.ensemble}")
+    if args.ensemble is None:
+        args.ensemble = SIGMORPHON_ENSEMBLE if args.dataset == "sigmorphon" and not args.smoke else 1
     if args.out is None:
         args.out = f"runs/g2p_{args.dataset}" + ("_smoke" if args.smoke else "")
     return args
@@ -158,28 +172,68 @@ def plot_alignments(greedy, words, letters, phones, out, count=4):
     return paths
 
 
-def train_language(name, split, args, out, **defaults):
-    """Train and evaluate one lexicon; returns (results dict, models)."""
-    model_config, train_config = configs(args, **defaults)
-    training.set_seed(train_config.seed)
-    normalization = args.normalization or defaults.get("normalization")
-    letters, phones = vocabularies(split["train"], None if normalization == "none" else normalization)
-    trainer, greedy, beam = g2p_model.build_models(letters, phones, model_config)
+def train_member(number, split, letters, phones, model_config, train_config, out):
+    """Train one model (seed `train_config.seed + number`) into `out`; its `Models` and results."""
+    seed = train_config.seed + number
+    training.set_seed(seed)
+    models = g2p_model.build_models(letters, phones, model_config)
     os.makedirs(out, exist_ok=True)
-    history, train_seconds = training.train(trainer, greedy, split, letters, phones, train_config, out)
+    train_config = dataclasses.replace(train_config, seed=seed)
+    history, train_seconds = training.train(models.trainer, models.greedy, split, letters, phones, train_config, out)
+    models.trainer.save(os.path.join(out, "g2p_trainer.keras"))
     results = {
-        "train_words": len(split["train"]),
-        "dev_words": len(split["dev"]),
-        "test_words": len(split["test"]),
-        "parameters": trainer.count_params(),
+        "seed": seed,
         "epochs": len(history),
         "train_seconds": round(train_seconds, 1),
         "best_epoch": training.best_epoch(history),
         "history": history,
+    }
+    return models, results
+
+
+def train_language(name, split, args, out, **defaults):
+    """Train `--ensemble` models of one lexicon (seeds seed, seed + 1, ...)
+    and evaluate them together (one model: alone); returns (results dict,
+    (trainer, greedy, beam, letters, phones)), the trainer the first model's."""
+    model_config, train_config = configs(args, **defaults)
+    normalization = args.normalization or defaults.get("normalization")
+    letters, phones = vocabularies(split["train"], None if normalization == "none" else normalization)
+    size = args.ensemble
+    members, member_results = [], []
+    for number in range(size):
+        member_out = out if size == 1 else os.path.join(out, f"member_{number}")
+        models, member = train_member(number, split, letters, phones, model_config, train_config, member_out)
+        members.append(models)
+        if size > 1:
+            member_dev, _ = score(models.greedy, split["dev"], letters, phones)
+            member_test, _ = score(models.beam, split["test"], letters, phones)
+            member.update(dev_wer=member_dev["wer"], test_wer=member_test["wer"], test_per=member_test["per"])
+            print(f"{name} member {number}: dev WER {member_dev['wer']:.2f}%, test WER {member_test['wer']:.2f}%")
+        member_results.append(member)
+    if size == 1:
+        greedy, beam = members[0].greedy, members[0].beam
+    else:
+        greedy = g2p_model.build_ensemble(members, phones, model_config, "greedy", return_alignments=True)
+        beam = g2p_model.build_ensemble(members, phones, model_config, "beam")
+    first = member_results[0]
+    results = {
+        "train_words": len(split["train"]),
+        "dev_words": len(split["dev"]),
+        "test_words": len(split["test"]),
+        "parameters": sum(models.trainer.count_params() for models in members),
+        "ensemble": size,
+        # One model's: the first (the curve is read from its history).
+        "epochs": first["epochs"],
+        "best_epoch": first["best_epoch"],
+        "history": first["history"],
+        # All of the training, every model of the ensemble included.
+        "train_seconds": round(sum(member["train_seconds"] for member in member_results), 1),
         "model": dataclasses.asdict(model_config),
         "training": dataclasses.asdict(train_config),
         "normalization": letters.normalization,
     }
+    if size > 1:
+        results["members"] = member_results
     dev_rates, _ = score(greedy, split["dev"], letters, phones)
     results["dev_wer"], results["dev_per"] = dev_rates["wer"], dev_rates["per"]
     begin = time.perf_counter()
@@ -191,15 +245,16 @@ def train_language(name, split, args, out, **defaults):
     results.update(
         wer=beam_rates["wer"], per=beam_rates["per"], wer_greedy=greedy_rates["wer"], per_greedy=greedy_rates["per"]
     )
-    for model, kind in ((trainer, "trainer"), (greedy, "greedy"), (beam, "beam")):
+    for model, kind in ((greedy, "greedy"), (beam, "beam")):
         model.save(os.path.join(out, f"g2p_{kind}.keras"))
+    what = f"beam {model_config.beam_width}" + (f", ensemble of {size}" if size > 1 else "")
     print(
-        f"{name}: test WER {results['wer']:.2f}% PER {results['per']:.2f}% (beam {model_config.beam_width}); "
+        f"{name}: test WER {results['wer']:.2f}% PER {results['per']:.2f}% ({what}); "
         f"greedy {results['wer_greedy']:.2f}% / {results['per_greedy']:.2f}%; dev WER {results['dev_wer']:.2f}%; "
-        f"{results['epochs']} epochs, {train_seconds:.0f} s",
+        f"{size} x {results['epochs']} epochs, {results['train_seconds']:.0f} s",
         flush=True,
     )
-    return results, (trainer, greedy, beam, letters, phones)
+    return results, (members[0].trainer, greedy, beam, letters, phones)
 
 
 def serve_onnx(directory, beam, words, letters, batch_size=256):

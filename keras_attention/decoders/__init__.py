@@ -3,12 +3,15 @@
 `AttentionDecoder` runs a cell of `keras_attention.cells` over target inputs
 (teacher forcing, for training); `InferenceDecoder` decodes token ids with the
 same cell inside the graph (greedy, sampling or beam search, from
-`keras_attention.decoding`); `stepwise_models` splits that decoder into
-`encode` and `step` models for a decoding loop driven from outside.
+`keras_attention.decoding`); `EnsembleDecoder` runs one such search over
+several trained decoders, averaging their predictions; `stepwise_models`
+splits an `InferenceDecoder` into `encode` and `step` models for a decoding
+loop driven from outside.
 """
 
 from keras_attention.decoders.attention_decoder import AttentionDecoder
+from keras_attention.decoders.ensemble import EnsembleDecoder
 from keras_attention.decoders.inference_decoder import InferenceDecoder
 from keras_attention.decoders.stepwise import stepwise_models
 
-__all__ = ["AttentionDecoder", "InferenceDecoder", "stepwise_models"]
+__all__ = ["AttentionDecoder", "EnsembleDecoder", "InferenceDecoder", "stepwise_models"]

@@ -4,57 +4,10 @@ import keras
 from keras import ops
 
 from keras_attention import _checks
-from keras_attention.cells.base import AttentionMemory, attention_cell
-from keras_attention.decoding import (
-    LENGTH_CONVENTIONS,
-    beam_search,
-    constrained_step,
-    greedy_search,
-    relative_max_lengths,
-    sampling_search,
-    tile_batch,
-)
-from keras_attention.decoding.constraints import check_repetition_penalty, check_suppress_tokens, check_top_p
+from keras_attention.cells.base import attention_cell
+from keras_attention.decoders.search import SearchDecoder
 
 __all__ = ["InferenceDecoder"]
-
-
-def _greedy(decoder, step, initial_state, common):
-    return greedy_search(step, initial_state, **common)
-
-
-def _sample(decoder, step, initial_state, common):
-    return sampling_search(
-        step,
-        initial_state,
-        temperature=decoder.temperature,
-        top_k=decoder.top_k,
-        top_p=decoder.top_p,
-        seed=decoder.seed_generator,
-        **common,
-    )
-
-
-def _beam(decoder, step, initial_state, common):
-    result = beam_search(
-        step,
-        initial_state,
-        beam_width=decoder.beam_width,
-        length_penalty_weight=decoder.length_penalty_weight,
-        coverage_penalty_weight=decoder.coverage_penalty_weight,
-        early_stopping=decoder.early_stopping,
-        length_convention=decoder.length_convention,
-        **common,
-    )
-    if decoder.num_hypotheses is not None:  # the best n of the beams, best first
-        result = {name: value[:, : decoder.num_hypotheses] for name, value in result.items()}
-    return result
-
-
-# A table rather than a chain of ifs: a method is one entry, its search with
-# the options it reads, and the valid names come from the same table.
-_SEARCHES = {"greedy": _greedy, "sample": _sample, "beam": _beam}
-_METHODS = tuple(_SEARCHES)
 
 
 def _layer(owner, argument, layer):
@@ -64,7 +17,7 @@ def _layer(owner, argument, layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class InferenceDecoder(keras.layers.Layer):
+class InferenceDecoder(SearchDecoder):
     """Decode token ids from an encoder memory with an attention cell, inside the graph.
 
     Each step embeds the previous token, runs `cell.step` against the memory
@@ -181,58 +134,35 @@ class InferenceDecoder(keras.layers.Layer):
         return_token_log_probs=False,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        _checks.check_choice(self, "method", method, _METHODS)
-        # Every option is checked here, whichever method uses it: a bad value
-        # is a mistake now, not at the first predict, deep in the loop.
-        self.start_token = _checks.check_int(self, "start_token", start_token, 0, "an integer id")
-        self.end_token = _checks.check_int(self, "end_token", end_token, 0, "an integer id")
-        self.max_length = _checks.check_positive_int(self, "max_length", max_length)
-        self.beam_width = _checks.check_positive_int(self, "beam_width", beam_width)
-        self.length_penalty_weight = _checks.check_number(
-            self, "length_penalty_weight", length_penalty_weight, minimum=0
+        super().__init__(
+            start_token,
+            end_token,
+            max_length,
+            method=method,
+            beam_width=beam_width,
+            length_penalty_weight=length_penalty_weight,
+            coverage_penalty_weight=coverage_penalty_weight,
+            temperature=temperature,
+            top_k=top_k,
+            seed=seed,
+            return_alignments=return_alignments,
+            early_stopping=early_stopping,
+            length_convention=length_convention,
+            top_p=top_p,
+            min_length=min_length,
+            max_length_ratio=max_length_ratio,
+            max_length_offset=max_length_offset,
+            suppress_tokens=suppress_tokens,
+            repetition_penalty=repetition_penalty,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            num_hypotheses=num_hypotheses,
+            return_token_log_probs=return_token_log_probs,
+            **kwargs,
         )
-        self.coverage_penalty_weight = _checks.check_number(
-            self, "coverage_penalty_weight", coverage_penalty_weight, minimum=0
-        )
-        self.temperature = _checks.check_number(self, "temperature", temperature, minimum=0, strict=True)
-        self.top_k = _checks.check_positive_int(self, "top_k", top_k, allow_none=True)
-        self.early_stopping = _checks.check_bool(self, "early_stopping", early_stopping)
-        _checks.check_choice(self, "length_convention", length_convention, LENGTH_CONVENTIONS)
-        self.length_convention = length_convention
-        self.top_p = check_top_p(self, top_p)
-        self.min_length = _checks.check_int(self, "min_length", min_length, 0, "an integer")
-        if self.min_length >= self.max_length:
-            raise ValueError(
-                f"{_checks.owner_name(self)}: `min_length` must be below `max_length` {self.max_length} "
-                f"(the end token needs a step); got {min_length!r}."
-            )
-        self.max_length_ratio = _checks.check_number(
-            self, "max_length_ratio", max_length_ratio, minimum=0, strict=True, allow_none=True
-        )
-        self.max_length_offset = _checks.check_number(self, "max_length_offset", max_length_offset)
-        self.suppress_tokens = check_suppress_tokens(self, suppress_tokens, self.end_token)
-        self.repetition_penalty = check_repetition_penalty(self, repetition_penalty)
-        self.no_repeat_ngram_size = _checks.check_int(
-            self, "no_repeat_ngram_size", no_repeat_ngram_size, 0, "an integer"
-        )
-        self.num_hypotheses = _checks.check_positive_int(self, "num_hypotheses", num_hypotheses, allow_none=True)
-        if self.num_hypotheses is not None and self.num_hypotheses > self.beam_width:
-            raise ValueError(
-                f"{_checks.owner_name(self)}: `num_hypotheses` must be at most `beam_width` {self.beam_width}; "
-                f"got {num_hypotheses!r}."
-            )
-        self.return_token_log_probs = _checks.check_bool(self, "return_token_log_probs", return_token_log_probs)
         self.cell = attention_cell(self, cell)
         self.embedding = _layer(self, "embedding", embedding)
         self.output_layer = _layer(self, "output_layer", output_layer)
-        self.method = method
-        self.seed = seed
         self.output_uses_inputs = bool(output_uses_inputs)
-        self.return_alignments = bool(return_alignments)
-        self.seed_generator = keras.random.SeedGenerator(seed) if method == "sample" else None
-        # The outputs have no time axis of the memory: no mask goes on.
-        self.supports_masking = True
 
     def build(self, memory_shape):
         if not self.embedding.built:
@@ -264,78 +194,7 @@ class InferenceDecoder(keras.layers.Layer):
         memory_mask = mask if memory_mask is None else memory_mask
         prepared = self.cell.prepare_memory(memory, memory_mask, owner=self)
         initial_state = self.cell.initial_state_for(prepared, ops.shape(memory)[0], initial_state)
-        if self.method == "beam":
-            # Every beam reads its own copy of its example's memory.
-            prepared = AttentionMemory(
-                *(None if part is None else tile_batch(part, self.beam_width) for part in prepared)
-            )
-
-        def step(ids, states):
-            return self.decode_step(ids, states, prepared)
-
-        constrained = (
-            self.min_length,
-            self.max_length_ratio is not None,
-            self.suppress_tokens,
-            allowed_tokens is not None,
-            self.repetition_penalty != 1,
-            self.no_repeat_ngram_size,
-            target_prefix is not None,
-        )
-        if any(constrained):
-            max_lengths = None
-            if self.max_length_ratio is not None:
-                source_lengths = (
-                    ops.full((ops.shape(memory)[0],), ops.shape(memory)[1], "int32")
-                    if memory_mask is None
-                    else ops.sum(ops.cast(memory_mask, "int32"), axis=1)
-                )
-                max_lengths = relative_max_lengths(
-                    source_lengths, self.max_length_ratio, self.max_length_offset, self.max_length
-                )
-            step, initial_state = constrained_step(
-                step,
-                initial_state,
-                self.end_token,
-                min_length=self.min_length,
-                max_lengths=max_lengths,
-                suppress_tokens=self.suppress_tokens,
-                allowed_tokens=allowed_tokens,
-                repetition_penalty=self.repetition_penalty,
-                no_repeat_ngram_size=self.no_repeat_ngram_size,
-                prefix=target_prefix,
-                max_length=self.max_length,
-            )
-
-        common = dict(
-            start_tokens=self.start_token,
-            end_token=self.end_token,
-            max_length=self.max_length,
-            return_alignments=self.return_alignments,
-            return_token_log_probs=self.return_token_log_probs,
-        )
-        return _SEARCHES[self.method](self, step, initial_state, common)
-
-    def compute_mask(self, memory, previous_mask=None):
-        return None
-
-    def compute_output_spec(
-        self, memory, memory_mask=None, initial_state=None, allowed_tokens=None, target_prefix=None, mask=None
-    ):
-        batch, source = memory.shape[0], memory.shape[1]
-        lead = (batch, self.num_hypotheses or self.beam_width) if self.method == "beam" else (batch,)
-        spec = {
-            "ids": keras.KerasTensor((*lead, self.max_length), dtype="int32"),
-            "scores": keras.KerasTensor(lead, dtype="float32"),
-            "lengths": keras.KerasTensor(lead, dtype="int32"),
-        }
-        if self.return_alignments:
-            spec["alignments"] = keras.KerasTensor((*lead, self.max_length, source), dtype="float32")
-        if self.method == "beam":
-            spec["log_probs"] = keras.KerasTensor(lead, dtype="float32")
-        if self.return_token_log_probs:
-            spec["token_log_probs"] = keras.KerasTensor((*lead, self.max_length), dtype="float32")
-        return spec
+        return self.search(prepared, initial_state, memory, memory_mask, allowed_tokens, target_prefix)
 
     def get_config(self):
         config = super().get_config()
@@ -344,29 +203,7 @@ class InferenceDecoder(keras.layers.Layer):
                 "cell": keras.saving.serialize_keras_object(self.cell),
                 "embedding": keras.saving.serialize_keras_object(self.embedding),
                 "output_layer": keras.saving.serialize_keras_object(self.output_layer),
-                "start_token": self.start_token,
-                "end_token": self.end_token,
-                "max_length": self.max_length,
-                "method": self.method,
-                "beam_width": self.beam_width,
-                "length_penalty_weight": self.length_penalty_weight,
-                "coverage_penalty_weight": self.coverage_penalty_weight,
-                "temperature": self.temperature,
-                "top_k": self.top_k,
-                "seed": self.seed,
                 "output_uses_inputs": self.output_uses_inputs,
-                "return_alignments": self.return_alignments,
-                "early_stopping": self.early_stopping,
-                "length_convention": self.length_convention,
-                "top_p": self.top_p,
-                "min_length": self.min_length,
-                "max_length_ratio": self.max_length_ratio,
-                "max_length_offset": self.max_length_offset,
-                "suppress_tokens": self.suppress_tokens,
-                "repetition_penalty": self.repetition_penalty,
-                "no_repeat_ngram_size": self.no_repeat_ngram_size,
-                "num_hypotheses": self.num_hypotheses,
-                "return_token_log_probs": self.return_token_log_probs,
             }
         )
         return config

@@ -1,0 +1,165 @@
+"""`EnsembleDecoder`: one in-graph search over several trained decoders, their predictions averaged."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_attention import _checks
+from keras_attention.decoders.inference_decoder import InferenceDecoder
+from keras_attention.decoders.search import SearchDecoder
+
+__all__ = ["EnsembleDecoder"]
+
+COMBINATIONS = ("probabilities", "log_probabilities")
+
+
+def _member(owner, index, member):
+    return _checks.resolve_layer(
+        owner, f"members[{index}]", member, lambda given: isinstance(given, InferenceDecoder), "an InferenceDecoder"
+    )
+
+
+def _first_mask(mask):
+    """The memories share their source: the first mask any of them carries."""
+    if isinstance(mask, (list, tuple)):
+        return next((m for m in mask if m is not None), None)
+    return mask
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class EnsembleDecoder(SearchDecoder):
+    """Decode with several trained models at once: one search, each step averaging their predictions.
+
+    Each member is an `InferenceDecoder` (its cell, embedding and output
+    layer; its own search options are not used) that reads its own memory of
+    the same source. At every step each member `m` gives the next-token
+    log-probabilities `log p_m(y | y_<t, x)` from its own state, the search
+    ranks tokens by their combination
+
+        log p(y) = log(1/M sum_m p_m(y))                  combine="probabilities"
+        log p(y) = 1/M sum_m log p_m(y) - log Z           combine="log_probabilities"
+
+    (`Z` renormalises the geometric mean), and every member's state follows
+    the hypotheses the search keeps. Greedy, sampling and beam search and
+    every option of `InferenceDecoder` work as there, and the whole ensemble
+    exports as one model. An ensemble of independently trained models is the
+    usual way to buy accuracy with decoding time; with one member it decodes
+    what that member decodes.
+
+    Paper: Sutskever et al. 2014, arXiv:1409.3215 (an ensemble of LSTM
+    translation models, the probabilities averaged at each step of the beam
+    search); Hinton 2002, Neural Computation 14(8) (products of experts, the
+    geometric mean).
+
+    Shapes: memories: a list of one memory per member, `(B, Ts, d_m)` over
+    the same `Ts` source positions (`d_m` may differ); memory_mask `(B, Ts)`
+    shared (default: the first Keras mask the memories carry);
+    initial_state: a list of one state list per member (None for a member's
+    default). Returns `InferenceDecoder`'s dict; `alignments` are the
+    members' mean.
+
+    Args:
+        members: a list of `InferenceDecoder`s over one target vocabulary.
+        combine: "probabilities" (the mean of the members' probabilities) or
+            "log_probabilities" (their geometric mean).
+        start_token, end_token, max_length: default: the first member's.
+        **options: the search options of `InferenceDecoder` (method,
+            beam_width, penalties, sampling, constraints, what to return).
+
+    Example:
+
+    ```python
+    def member():
+        cell = keras_attention.AttentionGRUCell(8, keras_attention.AdditiveAttention(4))
+        return keras_attention.InferenceDecoder(
+            cell, keras.layers.Embedding(12, 4), keras.layers.Dense(12), start_token=1, end_token=2, max_length=6)
+    ensemble = keras_attention.EnsembleDecoder([member(), member()], method="beam", beam_width=3)
+    memory = np.random.rand(2, 5, 6).astype("float32")
+    result = ensemble([memory, memory])
+    # result["ids"]: (2, 3, 6), result["scores"]: (2, 3)
+    ```
+    """
+
+    def __init__(self, members, combine="probabilities", start_token=None, end_token=None, max_length=None, **options):
+        if not isinstance(members, (list, tuple)) or not members:
+            raise ValueError(
+                f"EnsembleDecoder: `members` must be a non-empty list of InferenceDecoders; got {members!r}."
+            )
+        members = [_member("EnsembleDecoder", i, member) for i, member in enumerate(members)]
+        first = members[0]
+        super().__init__(
+            first.start_token if start_token is None else start_token,
+            first.end_token if end_token is None else end_token,
+            first.max_length if max_length is None else max_length,
+            **options,
+        )
+        _checks.check_choice(self, "combine", combine, COMBINATIONS)
+        self.members = members
+        self.combine = combine
+
+    def build(self, memories_shape):
+        self._check_memories(memories_shape, "memories")
+        for member, shape in zip(self.members, memories_shape):
+            if not member.built:
+                member.build(shape)
+        self.built = True
+
+    def _check_memories(self, memories, argument):
+        if not isinstance(memories, (list, tuple)) or len(memories) != len(self.members):
+            raise ValueError(
+                f"{_checks.owner_name(self)}: `{argument}` must be a list of {len(self.members)} "
+                f"(one per member); got {memories!r}."
+            )
+
+    def decode_step(self, ids, states, prepared):
+        """One step of every member, combined: `(log-probabilities (N, V),
+        the members' new states, mean alignment (N, Ts))`."""
+        log_probs, new_states, alignments = [], [], []
+        for member, member_states, memory in zip(self.members, states, prepared):
+            logits, member_states, alignment = member.decode_step(ids, member_states, memory)
+            log_probs.append(ops.log_softmax(ops.cast(logits, "float32"), axis=-1))
+            new_states.append(member_states)
+            alignments.append(alignment)
+        sizes = {lp.shape[-1] for lp in log_probs}
+        if len(sizes) > 1 and None not in sizes:
+            raise ValueError(
+                f"{_checks.owner_name(self)}: every member must predict over one vocabulary; "
+                f"got output sizes {[lp.shape[-1] for lp in log_probs]}."
+            )
+        stacked = ops.stack(log_probs)
+        if self.combine == "probabilities":
+            combined = ops.logsumexp(stacked, axis=0) - math.log(len(self.members))
+        else:
+            combined = ops.log_softmax(ops.mean(stacked, axis=0), axis=-1)
+        alignment = None
+        if all(a is not None for a in alignments):
+            alignment = ops.mean(ops.stack([ops.cast(a, "float32") for a in alignments]), axis=0)
+        return combined, new_states, alignment
+
+    def call(self, memories, memory_mask=None, initial_state=None, allowed_tokens=None, target_prefix=None, mask=None):
+        self._check_memories(memories, "memories")
+        memory_mask = _first_mask(mask) if memory_mask is None else memory_mask
+        if initial_state is None:
+            initial_state = [None] * len(self.members)
+        self._check_memories(initial_state, "initial_state")
+        batch = ops.shape(memories[0])[0]
+        prepared, states = [], []
+        for member, memory, state in zip(self.members, memories, initial_state):
+            member_memory = member.cell.prepare_memory(memory, memory_mask, owner=self)
+            prepared.append(member_memory)
+            states.append(member.cell.initial_state_for(member_memory, batch, state))
+        return self.search(prepared, states, memories[0], memory_mask, allowed_tokens, target_prefix)
+
+    def compute_output_spec(
+        self, memories, memory_mask=None, initial_state=None, allowed_tokens=None, target_prefix=None, mask=None
+    ):
+        self._check_memories(memories, "memories")
+        return self.output_spec_for(memories[0].shape[0], memories[0].shape[1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {"members": [keras.saving.serialize_keras_object(m) for m in self.members], "combine": self.combine}
+        )
+        return config
