@@ -218,7 +218,9 @@ def test_bad_members_and_memories_are_named():
         ka.EnsembleDecoder([])
     with pytest.raises(ValueError, match=r"`members\[1\]` must be an InferenceDecoder; got <Dense"):
         ka.EnsembleDecoder([one, keras.layers.Dense(3)])
-    with pytest.raises(ValueError, match=r"unknown `combine` 'max'; expected one of 'probabilities', 'log_probabilities'"):
+    with pytest.raises(
+        ValueError, match=r"unknown `combine` 'max'; expected one of 'probabilities', 'log_probabilities'"
+    ):
         ka.EnsembleDecoder([one], combine="max")
     with pytest.raises(ValueError, match=r"`memories` must be a list of 2 \(one per member\)"):
         ka.EnsembleDecoder([one, one])([memory])
