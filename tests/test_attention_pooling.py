@@ -154,6 +154,24 @@ def test_dropout_only_in_training():
     assert (np.asarray(dropped) == 0).any() and not np.allclose(dropped, inference)
 
 
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_large_context_vector_stays_finite_under_mixed_precision(policy):
+    """The generic precision check (test_precision.py) scales the inputs, but
+    tanh bounds what reaches the context vector: only a large context vector
+    gives the large logits that a float16 softmax or masking constant would
+    overflow on."""
+    rng = np.random.default_rng(10)
+    inputs = 30 * rng.normal(size=(B, T, D)).astype("float32")
+    layer = AttentionPooling(UNITS, dtype=policy)
+    layer(inputs)
+    layer.context_vector.assign(200 * np.ones(UNITS, "float32"))
+    pooled, weights = layer(inputs, mask=lengths_mask([6, 1, 3], T), return_attention_scores=True)
+    weights = np.asarray(weights, np.float32)
+    assert np.isfinite(np.asarray(pooled, np.float32)).all() and np.isfinite(weights).all()
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-2)
+    assert (weights[1, 1:] == 0).all()
+
+
 # ------------------------------------------------------------------ gradients
 
 
