@@ -31,6 +31,7 @@ def test_the_export_coverage_table_uses_every_public_layer():
         "decoders",
         "greedy_search",
         "beam_search",
+        "ensemble_search",
         "pointer_network",
         "hierarchical",
     }

@@ -64,7 +64,7 @@ def attention_layers_model():
 
 
 def decoder_models():
-    """Teacher-forced decoders for each cell, and greedy / beam in-graph decoding."""
+    """Teacher-forced decoders for each cell, greedy / beam in-graph decoding and an ensemble of two."""
     source = keras.Input((None,), dtype="int32", name="source")
     target = keras.Input((None,), dtype="int32", name="target")
     memory = keras.layers.Embedding(VOCABULARY, DIM, mask_zero=True)(source)
@@ -92,6 +92,20 @@ def decoder_models():
         )
         for method in ("greedy", "beam")
     }
+    # Two members, each with its own cell, embedding and readout, over one memory.
+    members = [
+        ka.InferenceDecoder(
+            ka.AttentionGRUCell(DIM, ka.AdditiveAttention(DIM)),
+            keras.layers.Embedding(VOCABULARY, DIM),
+            keras.layers.Dense(VOCABULARY),
+            1,
+            2,
+            8,
+        )
+        for _ in range(2)
+    ]
+    ensemble = ka.EnsembleDecoder(members, method="beam", beam_width=3)
+    searches["ensemble"] = keras.Model(source, ensemble([memory, memory]), name="ensemble_search")
     return teacher_forced, searches
 
 
@@ -113,6 +127,7 @@ def build_signatures():
         "decoders": teacher_forced,
         "greedy_search": searches["greedy"],
         "beam_search": searches["beam"],
+        "ensemble_search": searches["ensemble"],
         "pointer_network": pointer_model,
         "hierarchical": documents,
     }
