@@ -19,10 +19,19 @@ read-out kernel of shape `(units or attention size, target vocabulary)`.
 otherwise. The conventions that differ are set to tfa's: the attention
 layer is linear (`attention_activation=None`) and beam search uses tfa's
 length bookkeeping (`length_convention="tfa"`).
+
+The same as a command, writing the three models as `.keras` files:
+
+    python -m keras_attention.tfa_import CHECKPOINT OUT_DIR --cell lstm --attention luong \
+        --start-token 1 --end-token 2 --max-length 40 [--beam-width 5 --length-penalty-weight 0.6]
+
+(also installed as `keras-attention-import-tfa`; `--help` lists the rest).
 """
 
+import argparse
 import os
 import re
+import sys
 from pathlib import Path
 
 import keras
@@ -32,7 +41,7 @@ from keras_attention.cells.wrapper import AttentionWrapper
 from keras_attention.decoders import AttentionDecoder, InferenceDecoder
 from keras_attention.layers import AdditiveAttention, GeneralAttention
 
-__all__ = ["ROLES", "import_tfa_seq2seq", "read_tfa_checkpoint"]
+__all__ = ["ROLES", "import_tfa_seq2seq", "main", "read_tfa_checkpoint"]
 
 ROLES = (
     "source_embedding",
@@ -299,3 +308,80 @@ def import_tfa_seq2seq(
             )
         weight.assign(value.astype(weight.dtype))
     return models
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one `error: ...` line (status 2), as the export command prints them."""
+
+    def error(self, message):
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _role(text):
+    role, separator, path = text.partition("=")
+    if not separator or not role or not path:
+        raise argparse.ArgumentTypeError(f"expected ROLE=PATH, got {text!r}")
+    return role, path
+
+
+def main(argv=None):
+    """`keras-attention-import-tfa CHECKPOINT OUT_DIR --cell ... --attention ...`: `import_tfa_seq2seq`,
+    then OUT_DIR/trainer.keras, greedy.keras and beam.keras. Returns the exit status: 0, or 1 with
+    one `error: ...` line on stderr (usage errors exit with 2)."""
+    parser = _Parser(
+        prog="keras-attention-import-tfa",
+        description="Import a tfa.seq2seq model from its TF checkpoint or SavedModel and save it as .keras files.",
+    )
+    parser.add_argument("checkpoint", help="a checkpoint prefix, a directory holding one, or a SavedModel directory")
+    parser.add_argument("out_dir", help="where to write trainer.keras, greedy.keras and beam.keras")
+    parser.add_argument("--cell", required=True, choices=sorted(_CELLS), help="the cell inside AttentionWrapper")
+    parser.add_argument("--attention", required=True, choices=_ATTENTIONS)
+    parser.add_argument("--encoder", choices=sorted(_CELLS), help="the encoder RNN (default: as --cell)")
+    parser.add_argument("--start-token", type=int, required=True)
+    parser.add_argument("--end-token", type=int, required=True)
+    parser.add_argument("--max-length", type=int, required=True)
+    parser.add_argument("--beam-width", type=int, default=4)
+    parser.add_argument("--length-penalty-weight", type=float, default=0.0)
+    parser.add_argument(
+        "--name", action="append", type=_role, default=[], metavar="ROLE=PATH", help=f"one of {list(ROLES)}; repeatable"
+    )
+    parser.add_argument(
+        "--no-mask-source-padding", action="store_true", help="attend to id 0 too (tfa without lengths)"
+    )
+    parser.add_argument("--force", action="store_true", help="replace .keras files already in OUT_DIR")
+    args = parser.parse_args(argv)
+    out_dir = Path(args.out_dir)
+    paths = {kind: out_dir / f"{kind}.keras" for kind in ("trainer", "greedy", "beam")}
+    try:
+        existing = [str(path) for path in paths.values() if path.exists()]
+        if existing and not args.force:
+            raise FileExistsError(f"{', '.join(existing)} already exist; pass --force to replace them.")
+        models = import_tfa_seq2seq(
+            args.checkpoint,
+            args.cell,
+            args.attention,
+            args.start_token,
+            args.end_token,
+            args.max_length,
+            beam_width=args.beam_width,
+            length_penalty_weight=args.length_penalty_weight,
+            encoder=args.encoder,
+            names=dict(args.name),
+            mask_source_padding=not args.no_mask_source_padding,
+        )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for kind, path in paths.items():
+            models[kind].save(path)
+    except Exception as error:  # a command prints one line, never a traceback
+        from keras_attention.export.cli import error_line
+
+        print(error_line(error), file=sys.stderr)
+        return 1
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

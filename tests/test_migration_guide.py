@@ -10,6 +10,7 @@ namespace the training block left.
 import importlib
 import json
 import re
+import shlex
 import shutil
 
 import keras
@@ -271,3 +272,24 @@ def test_the_import_block_saves_a_translator_that_decodes_tfas_greedy_ids(namesp
     for row, want, length in zip(result["ids"], fixture["greedy_ids"], fixture["greedy_lengths"]):
         np.testing.assert_array_equal(row[:length], want[:length])
     assert models["beam"].get_layer("beam_decoder").length_convention == "tfa"
+
+
+def test_the_import_command_of_the_guide_writes_a_translator(tmp_path, monkeypatch, capsys):
+    """The guide's command line, run through the command's `main` where the
+    import block ran: its beam.keras decodes tfa's beam ids."""
+    from keras_attention.tfa_import import main
+
+    (command,) = re.findall(r"```bash\n(.*?)```", _section("Porting trained weights"), re.S)
+    line = command.split("\n#")[0].replace("\\\n", " ")
+    program, *args = shlex.split(line)
+    assert program == "keras-attention-import-tfa"
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(ROOT / "tests" / "fixtures" / "tfa_seq2seq" / "luong_lstm", tmp_path / "training_checkpoints")
+    assert main(args) == 0, capsys.readouterr().err
+    fixture = json.loads((ROOT / "tests" / "fixtures" / "tfa_seq2seq" / "luong_lstm" / "outputs.json").read_text())
+    beam = keras.saving.load_model(tmp_path / args[1] / "beam.keras")
+    assert beam.get_layer("beam_decoder").length_convention == "tfa"
+    greedy = keras.saving.load_model(tmp_path / args[1] / "greedy.keras")
+    result = greedy.predict(np.asarray(fixture["source"], "int32"), verbose=0)
+    for row, want, length in zip(result["ids"], fixture["greedy_ids"], fixture["greedy_lengths"]):
+        np.testing.assert_array_equal(row[:length], want[:length])

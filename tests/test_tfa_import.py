@@ -2,14 +2,17 @@
 with the script that made them) give tfa's logits, greedy ids and beam ids."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 
-from keras_attention.tfa_import import import_tfa_seq2seq, read_tfa_checkpoint
+from keras_attention.tfa_import import import_tfa_seq2seq, main, read_tfa_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tfa_seq2seq"
 VARIANTS = ["luong_lstm", "bahdanau_gru"]
@@ -114,3 +117,104 @@ def test_roles_can_be_named_and_wrong_options_are_named(tmp_path):
     shutil.copytree(FIXTURES / "luong_lstm", copy)
     (copy / "checkpoint").write_text('model_checkpoint_path: "ckpt"\n')
     assert set(read_tfa_checkpoint(copy)) == set(read_tfa_checkpoint(FIXTURES / "luong_lstm" / "ckpt"))
+
+
+def _cli_args(variant, out_dir):
+    fixture = json.loads((FIXTURES / variant / "outputs.json").read_text())
+    sizes, kind = fixture["sizes"], fixture["variant"]
+    args = [str(FIXTURES / variant / "ckpt"), str(out_dir), "--cell", kind["cell"], "--attention", kind["attention"]]
+    args += ["--start-token", str(sizes["start_token"]), "--end-token", str(sizes["end_token"])]
+    args += ["--max-length", str(sizes["max_length"]), "--beam-width", str(sizes["beam_width"])]
+    args += ["--length-penalty-weight", str(sizes["length_penalty_weight"])]
+    return fixture, args
+
+
+def _error_lines(capsys):
+    captured = capsys.readouterr()
+    return [line for line in captured.err.splitlines() if line.startswith("error")], captured
+
+
+def test_the_command_writes_keras_files_that_decode_tfas_ids(tmp_path, capsys):
+    fixture, args = _cli_args("bahdanau_gru", tmp_path / "out")
+    assert main(args) == 0
+    assert capsys.readouterr().out.split() == [
+        "trainer:",
+        str(tmp_path / "out" / "trainer.keras"),
+        "greedy:",
+        str(tmp_path / "out" / "greedy.keras"),
+        "beam:",
+        str(tmp_path / "out" / "beam.keras"),
+    ]
+    source = np.asarray(fixture["source"], "int32")
+    beam = keras.saving.load_model(tmp_path / "out" / "beam.keras").predict(source, verbose=0)
+    np.testing.assert_array_equal(beam["lengths"], fixture["beam_lengths"])
+    for rows, wants, lengths in zip(beam["ids"], fixture["beam_ids"], fixture["beam_lengths"]):
+        for row, want, length in zip(rows, wants, lengths):
+            np.testing.assert_array_equal(row[:length], want[:length])
+    greedy = keras.saving.load_model(tmp_path / "out" / "greedy.keras").predict(source, verbose=0)
+    np.testing.assert_array_equal(greedy["lengths"], fixture["greedy_lengths"])
+    trainer = keras.saving.load_model(tmp_path / "out" / "trainer.keras")
+    logits = trainer.predict([source, np.asarray(fixture["target_in"], "int32")], verbose=0)
+    np.testing.assert_allclose(logits, fixture["logits"], atol=1e-5)
+
+    # Files already there are kept unless --force.
+    assert main(args) == 1
+    errors, _ = _error_lines(capsys)
+    assert len(errors) == 1 and errors[0].endswith("already exist; pass --force to replace them.")
+    assert main([*args, "--force"]) == 0
+
+
+def test_the_command_fails_in_one_line(tmp_path, capsys):
+    _, args = _cli_args("luong_lstm", tmp_path / "out")
+    missing = str(tmp_path / "missing" / "ckpt")
+    assert main([missing, *args[1:]]) == 1
+    errors, _ = _error_lines(capsys)
+    assert errors == [
+        f"error: `checkpoint` {missing!r}: no such checkpoint (expected PREFIX.index beside PREFIX.data-*)."
+    ]
+    assert not (tmp_path / "out").exists()
+    # A GRU checkpoint read as an LSTM: the importer's message, on one line.
+    _, gru_args = _cli_args("bahdanau_gru", tmp_path / "out")
+    assert main([*gru_args, "--encoder", "lstm"]) == 1
+    errors, _ = _error_lines(capsys)
+    assert len(errors) == 1 and "has shape (8, 48), but the model needs (8, 64)" in errors[0]
+    with pytest.raises(SystemExit) as exit:
+        main([*args, "--name", "decoder"])
+    assert exit.value.code == 2
+    errors, _ = _error_lines(capsys)
+    assert errors == [
+        "error: argument --name: expected ROLE=PATH, got 'decoder' (see keras-attention-import-tfa --help)"
+    ]
+
+
+def test_the_module_runs_as_a_command(tmp_path):
+    """`python -m keras_attention.tfa_import`: a bad path is status 1 and one `error:` line, no traceback."""
+    _, args = _cli_args("luong_lstm", tmp_path / "out")
+    completed = subprocess.run(
+        [sys.executable, "-m", "keras_attention.tfa_import", str(tmp_path / "nothing"), *args[1:]],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""},
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert completed.returncode == 1, completed.stderr
+    assert "Traceback" not in completed.stderr
+    assert [line for line in completed.stderr.splitlines() if line.startswith("error")] == [
+        f"error: `checkpoint` {str(tmp_path / 'nothing')!r}: no such checkpoint (expected PREFIX.index beside PREFIX.data-*)."
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_savedmodel_directory_reads_its_variables(tmp_path):
+    """A SavedModel keeps its weights as variables/variables.*, a checkpoint
+    (the fixture's files laid out so: the branch that finds them; the key
+    names of a real tfa SavedModel are not in a fixture)."""
+    saved = tmp_path / "saved_model" / "variables"
+    saved.mkdir(parents=True)
+    for source in (FIXTURES / "luong_lstm").glob("ckpt.*"):
+        shutil.copy(source, saved / source.name.replace("ckpt", "variables"))
+    want = read_tfa_checkpoint(FIXTURES / "luong_lstm" / "ckpt")
+    got = read_tfa_checkpoint(tmp_path / "saved_model")
+    assert set(got) == set(want)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key])
