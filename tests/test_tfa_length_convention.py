@@ -128,7 +128,6 @@ def test_without_a_length_penalty_the_conventions_agree():
         np.testing.assert_array_equal(tfa[name], default[name])
 
 
-@pytest.mark.skipif(not FIXTURE.is_file(), reason="no tfa fixture")
 def test_tfa_convention_gives_the_ids_and_scores_tfa_itself_gave():
     fixture = json.loads(FIXTURE.read_text())
     table = np.asarray(fixture["table"], np.float32)
