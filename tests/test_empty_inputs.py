@@ -83,7 +83,8 @@ def test_eagerly(driver, case):
 
 
 # Sampling draws from a seed generator, a variable updated in the graph,
-# which does not convert to ONNX; TargetedAttention refuses, eagerly, the
+# which does not convert to ONNX (with a run-time seed it draws from a hash
+# of the seeds instead, and is exported here); TargetedAttention refuses, eagerly, the
 # empty target spans of an empty memory (see REFUSED), and the export checks
 # the model eagerly: the exported model leaves those out.
 MODEL_DRIVERS = [
