@@ -175,6 +175,33 @@ def decoder(id, make_cell, weights="soft"):
     return Case(id, make, run, weights, _keys)
 
 
+def scheduled_sampling(id):
+    """Target ids from the shared query (its largest feature, 1..D), fed
+    back half of the time in training (the fit check runs that loop)."""
+
+    def make(**kw):
+        dtype = kw.get("dtype")
+        return ka.ScheduledSamplingDecoder(
+            ka.AttentionGRUCell(5, ka.AdditiveAttention(3, dtype=dtype), dtype=dtype),
+            keras.layers.Embedding(VOCABULARY, 3, dtype=dtype),
+            keras.layers.Dense(VOCABULARY, dtype=dtype),
+            sampling_probability=0.5,
+            return_alignments=True,
+            seed=1,
+            **kw,
+        )
+
+    def run(layer, query, value, query_valid, value_valid):
+        # Unmasked targets, as the AttentionDecoder rows' (padded steps would
+        # repeat the last valid step's alignment); masks: test_scheduled_sampling.py.
+        ids = ops.top_k(query, 1)[1][..., 0] + 1
+        logits, alignments = layer(ids, value, memory_mask=value_valid)
+        return {"output": logits, "weights": alignments}
+
+    # The ids are a step function of the query: only the memory has a gradient.
+    return Case(id, make, run, "soft", _keys, inputs_used=(1,), config={"sampling_probability": 0.5})
+
+
 def _member_decoder(attention, method="greedy", **kw):
     dtype = kw.get("dtype")
     return ka.InferenceDecoder(
@@ -325,6 +352,7 @@ CASES = [
         "at_most_one",
     ),
     decoder("decoder_lstm_scaled_dot", lambda dtype: ka.AttentionLSTMCell(D, ka.ScaledDotAttention(), dtype=dtype)),
+    scheduled_sampling("decoder_scheduled_sampling"),
     inference("greedy_additive", "greedy", lambda: ka.AdditiveAttention(3)),
     inference("beam_general", "beam", lambda: ka.GeneralAttention()),
     inference("sample_concat", "sample", lambda: ka.ConcatAttention(3)),

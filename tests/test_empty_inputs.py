@@ -29,6 +29,7 @@ KERAS_LIMITS = {
     ("decoder_gru_additive", "queries_0"): _NO_STEP,
     ("decoder_wrapper_monotonic", "queries_0"): _NO_STEP,
     ("decoder_lstm_scaled_dot", "queries_0"): _NO_STEP,
+    ("decoder_scheduled_sampling", "queries_0"): _NO_STEP,
     ("pointer_network", "batch_0"): _EMPTY_LSTM,
     ("pointer_network", "memory_0"): _EMPTY_LSTM,
 }
