@@ -467,3 +467,15 @@ def test_bad_values_at_call_time_are_named(options, message):
     )
     with pytest.raises(ValueError, match=message):
         decoder(memory, memory_mask=mask, options=options)
+
+
+def test_a_forced_prefix_longer_than_its_max_length_is_refused():
+    memory, mask = memory_batch()
+    decoder = make_decoder(("max_length",), method="greedy")
+    prefix = np.array([[3, 4, 5, 6, -1], [3, -1, -1, -1, -1], [-1, -1, -1, -1, -1]], "int32")
+    decoder(memory, memory_mask=mask, target_prefix=prefix, options={"max_length": [4, 2, 1]})  # fits
+    with pytest.raises(ValueError, match=r"`target_prefix` forces 4 tokens on example 0, more than its max_length 3"):
+        decoder(memory, memory_mask=mask, target_prefix=prefix, options={"max_length": 3})
+    short = make_decoder(max_length=3)
+    with pytest.raises(ValueError, match=r"forces 4 tokens on example 0, more than its max_length 3; got the"):
+        short(memory, memory_mask=mask, target_prefix=prefix)

@@ -147,7 +147,7 @@ def check_option_values(where, name, values, bounds, batch=None):
     except ValueError:  # ragged nested lists
         array = None
     shown = np.asarray(values, dtype=object).tolist() if array is None else array.tolist()
-    if array is None or array.dtype.kind not in "biuf" or array.ndim > 1:
+    if array is None or array.dtype.kind not in "iuf" or array.ndim > 1:
         raise ValueError(
             f"{where} `{name}` must be a number or a list of numbers (one for every example, or one per "
             f"example); got {shown!r:.80}."

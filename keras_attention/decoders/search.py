@@ -7,6 +7,7 @@ sampling, constraints, what to return) and runs the search over a
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attention import _checks
@@ -213,6 +214,29 @@ class SearchDecoder(keras.layers.Layer):
             for name, default in defaults.items()
         }
 
+    def _check_prefix(self, target_prefix, max_length):
+        """A forced prefix longer than its example's max_length is refused
+        when both are known now (an eager call): it would be cut silently."""
+        prefix = None if target_prefix is None else concrete_values(target_prefix)
+        if prefix is None or prefix.ndim != 2:
+            return
+        limits = np.full(len(prefix), self.max_length)
+        if max_length is not None:
+            given = concrete_values(max_length)
+            if given is None:
+                return
+            given = np.asarray(given).reshape(-1)
+            if given.size in (1, len(prefix)):
+                limits = np.broadcast_to(given, limits.shape)
+        lengths = (prefix >= 0).sum(1)
+        too_long = np.nonzero(lengths > limits)[0]
+        if too_long.size:
+            b = int(too_long[0])
+            raise ValueError(
+                f"{_checks.owner_name(self)}: `target_prefix` forces {int(lengths[b])} tokens on example {b}, "
+                f"more than its max_length {int(limits[b])}; got the prefix row {prefix[b].tolist()}."
+            )
+
     def search(
         self, prepared, initial_state, memory, memory_mask, allowed_tokens=None, target_prefix=None, options=None
     ):
@@ -224,6 +248,7 @@ class SearchDecoder(keras.layers.Layer):
         over other memories (`EnsembleDecoder`) prepares its own and
         searches through this."""
         values = self._option_values(options, ops.shape(memory)[0])
+        self._check_prefix(target_prefix, None if options is None else options.get("max_length"))
 
         def option(name):
             return values[name] if name in values else getattr(self, name)
