@@ -96,9 +96,9 @@ def run(quick, log, repeats=None):
     def compiled(decoder, beam_alignments=False):
         keras.utils.set_random_seed(0)
         config = dataclasses.replace(model_config, decoder=decoder)
-        trainer, _, beam = g2p_model.build_models(letters, phones, config, beam_alignments=beam_alignments)
-        trainer.compile(keras.optimizers.Adam(1e-3), ka.SequenceLoss())
-        return trainer, beam
+        models = g2p_model.build_models(letters, phones, config, beam_alignments=beam_alignments)
+        models.trainer.compile(keras.optimizers.Adam(1e-3), ka.SequenceLoss())
+        return models.trainer, models.beam
 
     trainers = {name: compiled(name)[0] for name in g2p_model.DECODERS}
     trainers["no_attention"] = _no_attention_trainer(letters, phones, model_config)

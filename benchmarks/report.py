@@ -403,6 +403,13 @@ def markdown(results):
             ]
         )
 
+    s = sections.get("options")
+    if s and "error" not in s:
+        import bench_options
+
+        out += bench_options.markdown(s, _table, _meta(s))
+        summary.append(bench_options.summary_row(s, _fmt))
+
     for name, s in sections.items():
         if "error" in s:
             out += [f"## {name}: failed", "", f"`{s['error']}`", ""]

@@ -13,6 +13,8 @@ Measures (see each module's docstring for the exact setup):
     gpu       mixed precision + XLA training step and MHA, on a GPU only
     g2p       the G2P example's choices on CMUdict batches: decoder with and
               without input feeding, fit vs train_on_batch, beam alignments
+    options   each decoding option (constraints, penalties, run-time inputs)
+              against plain beam search on the dates decoder
 
 Writes DIR/results.json and DIR/results.md (DIR: benchmarks/, or
 runs/bench-quick with --quick, which uses tiny sizes and 2 repetitions so
@@ -42,7 +44,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import common
 import report
 
-NAMES = ["decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p"]
+NAMES = ["decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p", "options"]
 
 
 def parse_args(argv=None):
@@ -105,6 +107,10 @@ def run_one(name, args):
         import bench_g2p
 
         return bench_g2p.run(args.quick, log, repeats=args.repeats)
+    if name == "options":
+        import bench_options
+
+        return bench_options.run(args.quick, log, repeats=args.repeats)
     raise AssertionError(name)
 
 

@@ -17,13 +17,16 @@ import keras
 import tensorflow as tf
 
 
-def parse_args(description, argv=None, **defaults):
+def parse_args(description, argv=None, extra=None, **defaults):
     """The options every example has; `defaults` sets the full-size values.
 
     `--smoke` switches to `smoke_*` defaults (seconds-long runs for the tests)
-    for whatever the command line does not set.
+    for whatever the command line does not set. `extra(parser)` adds an
+    example's own options.
     """
     parser = argparse.ArgumentParser(description=description)
+    if extra is not None:
+        extra(parser)
     parser.add_argument("--epochs", type=int, help=f"training epochs (default {defaults['epochs']})")
     parser.add_argument("--batch-size", type=int, help=f"batch size (default {defaults['batch_size']})")
     parser.add_argument("--samples", type=int, help=f"training examples (default {defaults['samples']})")

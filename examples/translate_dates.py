@@ -8,6 +8,7 @@ al. 2014. Training uses teacher forcing; evaluation decodes in-graph, greedily
 and with beam search, and reports exact-match accuracy on held-out dates.
 
     python examples/translate_dates.py [--epochs N] [--samples N] [--out DIR] [--smoke] ...
+        [--scheduled-sampling P]   (train feeding back its own predictions, p rising to P)
 
 Numeric dates are read day first (3/4/15 is 3 April 2015) and two-digit years
 name 1950-2049, so every input has exactly one answer. The data is generated
@@ -122,10 +123,13 @@ def make_dates(count, rng, exclude=()):
 # ----------------------------------------------------------------------- model
 
 
-def build_models(units=128, embedding=32, attention_units=64, beam_width=5):
+def build_models(units=128, embedding=32, attention_units=64, beam_width=5, sampling_probability=None):
     """The teacher-forced training model and two in-graph decoding models.
 
     All three share every layer, so training the first trains the others.
+    With a `sampling_probability` (a number or a schedule of the training
+    step) the training model is a `ScheduledSamplingDecoder`: it feeds the
+    decoder its own previous prediction with that probability.
     """
     source = keras.Input((None,), dtype="int32", name="source")
     target_in = keras.Input((None,), dtype="int32", name="target_in")
@@ -137,10 +141,16 @@ def build_models(units=128, embedding=32, attention_units=64, beam_width=5):
     cell = ka.AttentionGRUCell(units, ka.AdditiveAttention(attention_units), name="attention_gru")
     target_embedding = keras.layers.Embedding(len(TARGET), embedding, name="target_embedding")
     readout = keras.layers.Dense(len(TARGET), dtype="float32", name="readout")
-    outputs = ka.AttentionDecoder(cell, name="decoder")(
-        target_embedding(target_in), memory, initial_state=[initial_state]
-    )
-    trainer = keras.Model([source, target_in], readout(outputs), name="dates_trainer")
+    if sampling_probability is None:
+        outputs = ka.AttentionDecoder(cell, name="decoder")(
+            target_embedding(target_in), memory, initial_state=[initial_state]
+        )
+        logits = readout(outputs)
+    else:
+        logits = ka.ScheduledSamplingDecoder(
+            cell, target_embedding, readout, sampling_probability=sampling_probability, name="decoder"
+        )(target_in, memory, initial_state=[initial_state])
+    trainer = keras.Model([source, target_in], logits, name="dates_trainer")
 
     def decoder_model(method):
         decoded = ka.InferenceDecoder(
@@ -203,6 +213,13 @@ def main(argv=None):
         smoke_epochs=1,
         smoke_samples=512,
         smoke_batch_size=64,
+        extra=lambda parser: parser.add_argument(
+            "--scheduled-sampling",
+            type=float,
+            default=None,
+            metavar="P",
+            help="train with scheduled sampling, the probability rising linearly from 0 to P over the training",
+        ),
     )
     strategy = common.setup(args)
     rng = np.random.default_rng(args.seed)
@@ -212,8 +229,14 @@ def main(argv=None):
     train_source = SOURCE.encode([h for h, _ in train])
     train_in, train_out = TARGET.encode_targets([iso for _, iso in train])
 
+    schedule = None
+    if args.scheduled_sampling is not None:
+        if not 0 <= args.scheduled_sampling <= 1:
+            raise SystemExit(f"--scheduled-sampling must be in [0, 1]; got {args.scheduled_sampling}")
+        steps = args.epochs * -(-int(0.95 * len(train)) // args.batch_size)  # validation_split=0.05
+        schedule = keras.optimizers.schedules.PolynomialDecay(0.0, steps, args.scheduled_sampling)
     with strategy.scope():
-        trainer, greedy, beam = build_models()
+        trainer, greedy, beam = build_models(sampling_probability=schedule)
         trainer.compile(
             optimizer=keras.optimizers.Adam(2e-3),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -272,6 +295,7 @@ def main(argv=None):
         "beam_exact_match": beam_accuracy,
         "greedy_character_accuracy": character_accuracy,
         "final_loss": float(history.history["loss"][-1]),
+        "scheduled_sampling": args.scheduled_sampling,
         "train_seconds": training.seconds,
         "greedy_decode_seconds": greedy_time.seconds,
         "beam_decode_seconds": beam_time.seconds,

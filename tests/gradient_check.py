@@ -46,6 +46,8 @@ def assert_weight_gradients_match(layer, loss_fn, analytic_grads, rtol=1e-5, ato
 
         numeric = numeric_gradient(f, original)
         variable.assign(original)
+        # An embedding's gradient is sparse (IndexedSlices): compare it dense.
+        grad = tf.convert_to_tensor(grad)
         if min_effect is not None:
             assert np.abs(numeric).max() > min_effect, f"{variable.path} has no effect: the check is void"
         np.testing.assert_allclose(grad, numeric, rtol=rtol, atol=atol, err_msg=variable.path)

@@ -175,6 +175,33 @@ def decoder(id, make_cell, weights="soft"):
     return Case(id, make, run, weights, _keys)
 
 
+def scheduled_sampling(id):
+    """Target ids from the shared query (its largest feature, 1..D), fed
+    back half of the time in training (the fit check runs that loop)."""
+
+    def make(**kw):
+        dtype = kw.get("dtype")
+        return ka.ScheduledSamplingDecoder(
+            ka.AttentionGRUCell(5, ka.AdditiveAttention(3, dtype=dtype), dtype=dtype),
+            keras.layers.Embedding(VOCABULARY, 3, dtype=dtype),
+            keras.layers.Dense(VOCABULARY, dtype=dtype),
+            sampling_probability=0.5,
+            return_alignments=True,
+            seed=1,
+            **kw,
+        )
+
+    def run(layer, query, value, query_valid, value_valid):
+        # Unmasked targets, as the AttentionDecoder rows' (padded steps would
+        # repeat the last valid step's alignment); masks: test_scheduled_sampling.py.
+        ids = ops.top_k(query, 1)[1][..., 0] + 1
+        logits, alignments = layer(ids, value, memory_mask=value_valid)
+        return {"output": logits, "weights": alignments}
+
+    # The ids are a step function of the query: only the memory has a gradient.
+    return Case(id, make, run, "soft", _keys, inputs_used=(1,), config={"sampling_probability": 0.5})
+
+
 def _member_decoder(attention, method="greedy", **kw):
     dtype = kw.get("dtype")
     return ka.InferenceDecoder(
@@ -190,8 +217,13 @@ def _member_decoder(attention, method="greedy", **kw):
     )
 
 
-def inference(id, method, attention):
-    return _decoding_case(id, method, lambda **kw: _member_decoder(attention(), method, **kw), memories=1)
+def inference(id, method, attention, **options):
+    # With a run-time seed, sampling draws are a function of the seeds: as
+    # reproducible (and exportable) as greedy decoding.
+    random = method == "sample" and "seed" not in options.get("runtime_options", ())
+    return _decoding_case(
+        id, method, lambda **kw: _member_decoder(attention(), method, **options, **kw), memories=1, random=random
+    )
 
 
 def ensemble(id, method, **options):
@@ -208,7 +240,7 @@ def ensemble(id, method, **options):
     return _decoding_case(id, method, make, memories=2)
 
 
-def _decoding_case(id, method, make, memories):
+def _decoding_case(id, method, make, memories, random=None):
     def run(layer, query, value, query_valid, value_valid):
         result = layer(value if memories == 1 else [value] * memories, memory_mask=value_valid)
         return {
@@ -223,9 +255,8 @@ def _decoding_case(id, method, make, memories):
         return valid[:, None] if method == "beam" else valid
 
     skip = {"fit": _IDS, "gradients": _IDS}
-    return Case(
-        id, make, run, "soft_or_finished", allowed, ids=("ids", "lengths"), random=method == "sample", skip=skip
-    )
+    random = method == "sample" if random is None else random
+    return Case(id, make, run, "soft_or_finished", allowed, ids=("ids", "lengths"), random=random, skip=skip)
 
 
 def _run_pointer_network(layer, query, value, query_valid, value_valid):
@@ -321,9 +352,31 @@ CASES = [
         "at_most_one",
     ),
     decoder("decoder_lstm_scaled_dot", lambda dtype: ka.AttentionLSTMCell(D, ka.ScaledDotAttention(), dtype=dtype)),
+    scheduled_sampling("decoder_scheduled_sampling"),
     inference("greedy_additive", "greedy", lambda: ka.AdditiveAttention(3)),
     inference("beam_general", "beam", lambda: ka.GeneralAttention()),
     inference("sample_concat", "sample", lambda: ka.ConcatAttention(3)),
+    # Every option a request may set, at its default: the run-time graph.
+    inference(
+        "beam_runtime_options",
+        "beam",
+        lambda: ka.AdditiveAttention(3),
+        runtime_options=(
+            "max_length",
+            "min_length",
+            "length_penalty_weight",
+            "coverage_penalty_weight",
+            "repetition_penalty",
+            "no_repeat_ngram_size",
+        ),
+    ),
+    inference(
+        "sample_runtime_options",
+        "sample",
+        lambda: ka.GeneralAttention(),
+        seed=1,
+        runtime_options=("max_length", "temperature", "top_k", "top_p", "seed"),
+    ),
     ensemble("ensemble_beam", "beam"),
     ensemble("ensemble_greedy_geometric", "greedy", combine="log_probabilities"),
     Case(

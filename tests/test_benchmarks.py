@@ -22,7 +22,7 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
 
     results = json.loads((tmp_path / "results.json").read_text())
     sections = results["sections"]
-    assert set(sections) == {"decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p"}
+    assert set(sections) == {"decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p", "options"}
     for name, section in sections.items():
         assert "error" not in section, (name, section.get("error"))
     assert results["quick"] and results["versions"]["tensorflow"]
@@ -41,9 +41,13 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
     assert {"onnxruntime_int8", "onnxruntime_beam5_int8"} <= set(sections["serving"]["latency_ms"])
     assert all(r["speedup_vs_keras"] > 0 for r in sections["mha"]["mha"])
     assert set(sections["g2p"]["decoder_step"]) == {"input_feeding", "luong", "no_attention"}
+    options = sections["options"]["batches"]
+    for row in options.values():
+        assert row["ratio_vs_beam"]["beam"] == 1.0 and all(r > 0 for r in row["ratio_vs_beam"].values())
+        assert {"runtime_options", "no_repeat_ngram_size", "coverage_penalty", "greedy"} <= set(row["ratio_vs_beam"])
 
     markdown = (tmp_path / "results.md").read_text()
     assert markdown.startswith("# keras-attention benchmarks")
     assert 'int8 (`quantize="int8"`) against float32' in markdown
-    for heading in ("## Targets", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7."):
+    for heading in ("## Targets", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7.", "## 8."):
         assert heading in markdown

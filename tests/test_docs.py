@@ -48,6 +48,7 @@ def test_docstring_has_formula_paper_shapes_and_a_running_example(cls):
         keras_attention.decoding.constrained_step,
         keras_attention.decoding.relative_max_lengths,
         keras_attention.decoding.top_p_filter,
+        keras_attention.decoding.hashed_uniform,
     ],
     ids=lambda f: f.__name__,
 )

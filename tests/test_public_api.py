@@ -68,7 +68,7 @@ ROOT = PACKAGE_DIR.parent
 
 
 # Added since, each deliberately.
-ADDED_NAMES = {"decoders", "stepwise_models", "EnsembleDecoder"}
+ADDED_NAMES = {"decoders", "stepwise_models", "EnsembleDecoder", "ScheduledSamplingDecoder"}
 
 
 def test_the_public_set_is_the_one_before_plus_the_added_names():

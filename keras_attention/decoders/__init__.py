@@ -1,7 +1,9 @@
 """Layers that run an attention cell over a sequence: teacher-forced and in-graph decoding.
 
 `AttentionDecoder` runs a cell of `keras_attention.cells` over target inputs
-(teacher forcing, for training); `InferenceDecoder` decodes token ids with the
+(teacher forcing, for training); `ScheduledSamplingDecoder` trains from target
+ids to logits, feeding back the model's own predictions with a scheduled
+probability; `InferenceDecoder` decodes token ids with the
 same cell inside the graph (greedy, sampling or beam search, from
 `keras_attention.decoding`); `EnsembleDecoder` runs one such search over
 several trained decoders, averaging their predictions; `stepwise_models`
@@ -12,6 +14,7 @@ loop driven from outside.
 from keras_attention.decoders.attention_decoder import AttentionDecoder
 from keras_attention.decoders.ensemble import EnsembleDecoder
 from keras_attention.decoders.inference_decoder import InferenceDecoder
+from keras_attention.decoders.scheduled_sampling import ScheduledSamplingDecoder
 from keras_attention.decoders.stepwise import stepwise_models
 
-__all__ = ["AttentionDecoder", "EnsembleDecoder", "InferenceDecoder", "stepwise_models"]
+__all__ = ["AttentionDecoder", "EnsembleDecoder", "InferenceDecoder", "ScheduledSamplingDecoder", "stepwise_models"]

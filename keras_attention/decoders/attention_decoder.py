@@ -9,6 +9,71 @@ from keras_attention.cells.base import attention_cell, check_memory
 __all__ = ["AttentionDecoder"]
 
 
+def run_cell(
+    cell, inputs, prepared, initial_state, inputs_mask, training, with_alignments, return_sequences, dtype_policy
+):
+    """An attention cell over time on teacher-forced `inputs (B, Tt, dy)`:
+    `(outputs, final states, alignments or None)`. What `AttentionDecoder`
+    (and `ScheduledSamplingDecoder` when it feeds the gold tokens) run."""
+    if return_sequences and getattr(cell, "attends_after_the_recurrence", False):
+        # No step's input depends on an attention: one RNN pass, then
+        # one attention call over all steps (no per-step attention).
+        output, states, alignments = cell.run_sequence(
+            inputs, prepared, initial_state, mask=inputs_mask, training=training
+        )
+        return output, states, ops.cast(alignments, output.dtype)
+    return run_rnn(
+        cell,
+        cell,
+        inputs,
+        prepared,
+        initial_state,
+        inputs_mask,
+        training,
+        with_alignments,
+        return_sequences,
+        dtype_policy,
+    )
+
+
+def run_rnn(
+    cell,
+    step_cell,
+    inputs,
+    prepared,
+    initial_state,
+    inputs_mask,
+    training,
+    with_alignments,
+    return_sequences,
+    dtype_policy,
+    step_input_dim=None,
+):
+    """`step_cell` (`cell` itself, or a cell stepping it) over time in a Keras
+    RNN, `cell` bound to the memory: `(outputs, final states, alignments or
+    None)`, the alignments the trailing features of each step's output.
+    `step_input_dim`: the size of the inputs `cell` steps on (default: the
+    last axis of `inputs`)."""
+    # Keras's RNN draws the dropout masks of the cell it runs before its
+    # loop; those of a cell inside ours (AttentionWrapper's) are drawn
+    # here, or the cell would draw them inside the loop and keep them.
+    step_input_dim = inputs.shape[-1] if step_input_dim is None else step_input_dim
+    cell.prepare_dropout_masks(ops.zeros((ops.shape(inputs)[0], step_input_dim), cell.compute_dtype), initial_state)
+    # A fresh RNN wrapper per call: it owns no weights (they are the
+    # cell's), and keeping none as an attribute keeps the cell saved once.
+    rnn = keras.layers.RNN(step_cell, return_sequences=return_sequences, return_state=True, dtype=dtype_policy)
+    try:
+        with cell.bind(prepared, with_alignments=with_alignments):
+            output, *states = rnn(inputs, initial_state=initial_state, mask=inputs_mask, training=training)
+    finally:
+        cell.reset_dropout_masks()
+    alignments = None
+    if with_alignments:
+        alignments = output[..., cell.output_size :]
+        output = output[..., : cell.output_size]
+    return output, states, alignments
+
+
 @keras.saving.register_keras_serializable(package="keras_attention")
 class AttentionDecoder(keras.layers.Layer):
     """Teacher-forced decoding with an attention cell, for functional models.
@@ -88,16 +153,6 @@ class AttentionDecoder(keras.layers.Layer):
             self.cell.build(inputs_shape, memory_shape)
         self.built = True
 
-    def _rnn(self):
-        # A fresh RNN wrapper per call: it owns no weights (they are the
-        # cell's), and keeping none as an attribute keeps the cell saved once.
-        return keras.layers.RNN(
-            self.cell,
-            return_sequences=self.return_sequences,
-            return_state=True,
-            dtype=self.dtype_policy,
-        )
-
     def _check_inputs(self, inputs, memory, memory_mask, inputs_mask):
         memory_shape = check_memory(self, memory, memory_mask)
         inputs_shape = _checks.static_shape(inputs.shape)
@@ -116,40 +171,23 @@ class AttentionDecoder(keras.layers.Layer):
         self._check_inputs(inputs, memory, memory_mask, inputs_mask)
         prepared = self.cell.prepare_memory(memory, memory_mask, owner=self)
         initial_state = self.cell.initial_state_for(prepared, ops.shape(inputs)[0], initial_state)
-        if self.return_sequences and getattr(self.cell, "attends_after_the_recurrence", False):
-            # No step's input depends on an attention: one RNN pass, then
-            # one attention call over all steps (no per-step attention).
-            output, states, alignments = self.cell.run_sequence(
-                inputs, prepared, initial_state, mask=inputs_mask, training=training
-            )
-            alignments = ops.cast(alignments, output.dtype)
-        else:
-            output, states, alignments = self._run_loop(inputs, prepared, initial_state, inputs_mask, training)
+        output, states, alignments = run_cell(
+            self.cell,
+            inputs,
+            prepared,
+            initial_state,
+            inputs_mask,
+            training,
+            self.return_alignments,
+            self.return_sequences,
+            self.dtype_policy,
+        )
         results = [output]
         if self.return_state:
             results.extend(states[: len(self.cell.recurrent_state_size)])
         if self.return_alignments:
             results.append(alignments)
         return results[0] if len(results) == 1 else tuple(results)
-
-    def _run_loop(self, inputs, prepared, initial_state, inputs_mask, training):
-        """The cell over time in a Keras RNN: (outputs, final states, alignments or None)."""
-        # Keras's RNN draws the dropout masks of the cell it runs before its
-        # loop; those of a cell inside ours (AttentionWrapper's) are drawn
-        # here, or the cell would draw them inside the loop and keep them.
-        self.cell.prepare_dropout_masks(
-            ops.zeros((ops.shape(inputs)[0], inputs.shape[-1]), self.compute_dtype), initial_state
-        )
-        try:
-            with self.cell.bind(prepared, with_alignments=self.return_alignments):
-                output, *states = self._rnn()(inputs, initial_state=initial_state, mask=inputs_mask, training=training)
-        finally:
-            self.cell.reset_dropout_masks()
-        alignments = None
-        if self.return_alignments:
-            alignments = output[..., self.cell.output_size :]
-            output = output[..., : self.cell.output_size]
-        return output, states, alignments
 
     def compute_output_spec(
         self, inputs, memory, memory_mask=None, inputs_mask=None, initial_state=None, training=None

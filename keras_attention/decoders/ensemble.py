@@ -65,7 +65,8 @@ class EnsembleDecoder(SearchDecoder):
             "log_probabilities" (their geometric mean).
         start_token, end_token, max_length: default: the first member's.
         **options: the search options of `InferenceDecoder` (method,
-            beam_width, penalties, sampling, constraints, what to return).
+            beam_width, penalties, sampling, constraints, what to return,
+            `runtime_options`: the call then takes `options=` as there).
 
     Example:
 
@@ -137,7 +138,16 @@ class EnsembleDecoder(SearchDecoder):
             alignment = ops.mean(ops.stack([ops.cast(a, "float32") for a in alignments]), axis=0)
         return combined, new_states, alignment
 
-    def call(self, memories, memory_mask=None, initial_state=None, allowed_tokens=None, target_prefix=None, mask=None):
+    def call(
+        self,
+        memories,
+        memory_mask=None,
+        initial_state=None,
+        allowed_tokens=None,
+        target_prefix=None,
+        options=None,
+        mask=None,
+    ):
         self._check_memories(memories, "memories")
         memory_mask = _first_mask(mask) if memory_mask is None else memory_mask
         if initial_state is None:
@@ -149,10 +159,17 @@ class EnsembleDecoder(SearchDecoder):
             member_memory = member.cell.prepare_memory(memory, memory_mask, owner=self)
             prepared.append(member_memory)
             states.append(member.cell.initial_state_for(member_memory, batch, state))
-        return self.search(prepared, states, memories[0], memory_mask, allowed_tokens, target_prefix)
+        return self.search(prepared, states, memories[0], memory_mask, allowed_tokens, target_prefix, options)
 
     def compute_output_spec(
-        self, memories, memory_mask=None, initial_state=None, allowed_tokens=None, target_prefix=None, mask=None
+        self,
+        memories,
+        memory_mask=None,
+        initial_state=None,
+        allowed_tokens=None,
+        target_prefix=None,
+        options=None,
+        mask=None,
     ):
         self._check_memories(memories, "memories")
         return self.output_spec_for(memories[0].shape[0], memories[0].shape[1])

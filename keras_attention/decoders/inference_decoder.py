@@ -91,6 +91,21 @@ class InferenceDecoder(SearchDecoder):
         return_token_log_probs: also return `token_log_probs (B, [n,] L)`,
             each token's log-probability (0 after the end; they sum to the
             score without penalties).
+        runtime_options: names of options a request may set at call time,
+            e.g. `("temperature", "top_p", "seed")`: `max_length` (at most
+            the constructor's, which stays the loop bound and the output
+            width), `min_length`, `length_penalty_weight`,
+            `coverage_penalty_weight`, `temperature`, `top_k` (0: all),
+            `top_p`, `seed`, `repetition_penalty`, `no_repeat_ngram_size`
+            (`beam_width`, `num_hypotheses` and `method` shape the loop and
+            cannot). The call then takes `options={name: value}`: one value
+            for every example or `(B,)` values, one per example; an option
+            left out (or empty) takes the constructor's value. Exported
+            (`option_inputs()` gives the model inputs), each is an input of
+            the SavedModel and ONNX signatures with that default, checked
+            where it is fed. With a run-time `seed` the draws are a function
+            of (seed, step, token): the same sample in Keras, SavedModel and
+            ONNX, whatever the rest of the batch.
 
     Example:
 
@@ -132,6 +147,7 @@ class InferenceDecoder(SearchDecoder):
         no_repeat_ngram_size=0,
         num_hypotheses=None,
         return_token_log_probs=False,
+        runtime_options=None,
         **kwargs,
     ):
         super().__init__(
@@ -157,6 +173,7 @@ class InferenceDecoder(SearchDecoder):
             no_repeat_ngram_size=no_repeat_ngram_size,
             num_hypotheses=num_hypotheses,
             return_token_log_probs=return_token_log_probs,
+            runtime_options=runtime_options,
             **kwargs,
         )
         self.cell = attention_cell(self, cell)
@@ -188,13 +205,22 @@ class InferenceDecoder(SearchDecoder):
         logits = ops.squeeze(self.output_layer(ops.expand_dims(readout, 1)), 1)
         return logits, states, alignment
 
-    def call(self, memory, memory_mask=None, initial_state=None, allowed_tokens=None, target_prefix=None, mask=None):
+    def call(
+        self,
+        memory,
+        memory_mask=None,
+        initial_state=None,
+        allowed_tokens=None,
+        target_prefix=None,
+        options=None,
+        mask=None,
+    ):
         # Keras fills `mask` from the memory's Keras mask when the memory is
         # the only tensor argument, and `memory_mask` when there are more.
         memory_mask = mask if memory_mask is None else memory_mask
         prepared = self.cell.prepare_memory(memory, memory_mask, owner=self)
         initial_state = self.cell.initial_state_for(prepared, ops.shape(memory)[0], initial_state)
-        return self.search(prepared, initial_state, memory, memory_mask, allowed_tokens, target_prefix)
+        return self.search(prepared, initial_state, memory, memory_mask, allowed_tokens, target_prefix, options)
 
     def get_config(self):
         config = super().get_config()

@@ -7,9 +7,19 @@ sampling, constraints, what to return) and runs the search over a
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attention import _checks
+from keras_attention.decoders.runtime_options import (
+    RUNTIME_OPTIONS,
+    broadcast_option,
+    check_length_values,
+    check_option_values,
+    check_runtime_options,
+    concrete_values,
+    option_bounds,
+)
 from keras_attention.decoding import (
     LENGTH_CONVENTIONS,
     beam_search,
@@ -24,29 +34,29 @@ from keras_attention.decoding.constraints import check_repetition_penalty, check
 __all__ = ["SearchDecoder"]
 
 
-def _greedy(decoder, step, initial_state, common):
+def _greedy(decoder, step, initial_state, common, option):
     return greedy_search(step, initial_state, **common)
 
 
-def _sample(decoder, step, initial_state, common):
+def _sample(decoder, step, initial_state, common, option):
     return sampling_search(
         step,
         initial_state,
-        temperature=decoder.temperature,
-        top_k=decoder.top_k,
-        top_p=decoder.top_p,
-        seed=decoder.seed_generator,
+        temperature=option("temperature"),
+        top_k=option("top_k"),
+        top_p=option("top_p"),
+        seed=option("seed") if "seed" in decoder.runtime_options else decoder.seed_generator,
         **common,
     )
 
 
-def _beam(decoder, step, initial_state, common):
+def _beam(decoder, step, initial_state, common, option):
     result = beam_search(
         step,
         initial_state,
         beam_width=decoder.beam_width,
-        length_penalty_weight=decoder.length_penalty_weight,
-        coverage_penalty_weight=decoder.coverage_penalty_weight,
+        length_penalty_weight=option("length_penalty_weight"),
+        coverage_penalty_weight=option("coverage_penalty_weight"),
         early_stopping=decoder.early_stopping,
         length_convention=decoder.length_convention,
         **common,
@@ -95,6 +105,7 @@ class SearchDecoder(keras.layers.Layer):
         no_repeat_ngram_size=0,
         num_hypotheses=None,
         return_token_log_probs=False,
+        runtime_options=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -141,6 +152,7 @@ class SearchDecoder(keras.layers.Layer):
         self.return_token_log_probs = _checks.check_bool(self, "return_token_log_probs", return_token_log_probs)
         self.method = method
         self.seed = seed
+        self.runtime_options = check_runtime_options(self, runtime_options, method, seed)
         self.return_alignments = bool(return_alignments)
         self.seed_generator = keras.random.SeedGenerator(seed) if method == "sample" else None
         # The outputs have no time axis of the memory: no mask goes on.
@@ -149,13 +161,98 @@ class SearchDecoder(keras.layers.Layer):
     def decode_step(self, ids, states, prepared):
         raise NotImplementedError(f"{type(self).__name__} must define decode_step(ids, states, prepared).")
 
-    def search(self, prepared, initial_state, memory, memory_mask, allowed_tokens=None, target_prefix=None):
+    def option_defaults(self):
+        """{run-time option: its value when a request does not set it}: the constructor's."""
+        values = {name: getattr(self, name) for name in RUNTIME_OPTIONS}
+        values["top_k"] = values["top_k"] or 0  # 0 keeps every token
+        return {name: values[name] for name in self.runtime_options}
+
+    def option_specs(self):
+        """{run-time option: {"dtype", "default", "minimum", "strict", "maximum"}}:
+        what an export records for each option input and serving checks."""
+        return {name: option_bounds(name, default, self.max_length) for name, default in self.option_defaults().items()}
+
+    def option_inputs(self):
+        """{option: keras.Input} for each run-time option: optional `(batch,)`
+        inputs named after the options, for a functional model that an
+        export serves (`decoder(memory, options=decoder.option_inputs())`)."""
+        return {
+            name: keras.Input((), dtype=RUNTIME_OPTIONS[name].dtype, name=name, optional=True)
+            for name in self.runtime_options
+        }
+
+    def _option_values(self, options, batch):
+        """{run-time option: `(batch,)` tensor}, from the call's `options`
+        (a value, `(1,)`, `(batch,)`, empty or None each) and the defaults."""
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
+            raise ValueError(
+                f"{_checks.owner_name(self)}: `options` must be a dict {{option: value}}; got {options!r:.80}."
+            )
+        unknown = sorted(set(options) - set(self.runtime_options))
+        if unknown:
+            raise ValueError(
+                f"{_checks.owner_name(self)}: `options` sets {unknown}, which are not among its "
+                f"`runtime_options` {list(self.runtime_options)} (given at construction)."
+            )
+        specs, checked = self.option_specs(), {}
+        known_batch = batch if isinstance(batch, int) else None
+        where = f"{_checks.owner_name(self)}: option"
+        for name, value in options.items():
+            array = None if value is None else concrete_values(value)
+            if array is not None:  # checked now when known (an eager call); exports check their inputs
+                checked[name] = check_option_values(where, name, array, specs[name], known_batch)
+        check_length_values(where, checked, specs)
+        defaults = self.option_defaults()
+        if "seed" in defaults:
+            # One seed per example by default, or every example would draw
+            # the same noise.
+            defaults["seed"] = defaults["seed"] + ops.arange(batch, dtype="int32")
+        return {
+            name: broadcast_option(options.get(name), default, batch, RUNTIME_OPTIONS[name].dtype)
+            for name, default in defaults.items()
+        }
+
+    def _check_prefix(self, target_prefix, max_length):
+        """A forced prefix longer than its example's max_length is refused
+        when both are known now (an eager call): it would be cut silently."""
+        prefix = None if target_prefix is None else concrete_values(target_prefix)
+        if prefix is None or prefix.ndim != 2:
+            return
+        limits = np.full(len(prefix), self.max_length)
+        if max_length is not None:
+            given = concrete_values(max_length)
+            if given is None:
+                return
+            given = np.asarray(given).reshape(-1)
+            if given.size in (1, len(prefix)):
+                limits = np.broadcast_to(given, limits.shape)
+        lengths = (prefix >= 0).sum(1)
+        too_long = np.nonzero(lengths > limits)[0]
+        if too_long.size:
+            b = int(too_long[0])
+            raise ValueError(
+                f"{_checks.owner_name(self)}: `target_prefix` forces {int(lengths[b])} tokens on example {b}, "
+                f"more than its max_length {int(limits[b])}; got the prefix row {prefix[b].tolist()}."
+            )
+
+    def search(
+        self, prepared, initial_state, memory, memory_mask, allowed_tokens=None, target_prefix=None, options=None
+    ):
         """Run the configured search over `decode_step(ids, states, prepared)`.
 
         `prepared` is what `decode_step` reads (tiled here for beam search),
         `memory` `(B, Ts, ...)` and `memory_mask` give the batch and the
-        source lengths. A decoder over other memories (`EnsembleDecoder`)
-        prepares its own and searches through this."""
+        source lengths, `options` the run-time options' values. A decoder
+        over other memories (`EnsembleDecoder`) prepares its own and
+        searches through this."""
+        values = self._option_values(options, ops.shape(memory)[0])
+        self._check_prefix(target_prefix, None if options is None else options.get("max_length"))
+
+        def option(name):
+            return values[name] if name in values else getattr(self, name)
+
         if self.method == "beam":
             # Every beam reads its own copy of its example's memory.
             prepared = keras.tree.map_structure(
@@ -173,7 +270,9 @@ class SearchDecoder(keras.layers.Layer):
             self.repetition_penalty != 1,
             self.no_repeat_ngram_size,
             target_prefix is not None,
+            any(name in values for name in ("min_length", "repetition_penalty", "no_repeat_ngram_size")),
         )
+        length_limits = values.get("max_length")
         if any(constrained):
             max_lengths = None
             if self.max_length_ratio is not None:
@@ -185,16 +284,18 @@ class SearchDecoder(keras.layers.Layer):
                 max_lengths = relative_max_lengths(
                     source_lengths, self.max_length_ratio, self.max_length_offset, self.max_length
                 )
+                if length_limits is not None:  # as a decoder built with that max_length
+                    max_lengths = ops.minimum(max_lengths, length_limits)
             step, initial_state = constrained_step(
                 step,
                 initial_state,
                 self.end_token,
-                min_length=self.min_length,
+                min_length=option("min_length"),
                 max_lengths=max_lengths,
                 suppress_tokens=self.suppress_tokens,
                 allowed_tokens=allowed_tokens,
-                repetition_penalty=self.repetition_penalty,
-                no_repeat_ngram_size=self.no_repeat_ngram_size,
+                repetition_penalty=option("repetition_penalty"),
+                no_repeat_ngram_size=option("no_repeat_ngram_size"),
                 prefix=target_prefix,
                 max_length=self.max_length,
             )
@@ -205,14 +306,22 @@ class SearchDecoder(keras.layers.Layer):
             max_length=self.max_length,
             return_alignments=self.return_alignments,
             return_token_log_probs=self.return_token_log_probs,
+            length_limits=length_limits,
         )
-        return _SEARCHES[self.method](self, step, initial_state, common)
+        return _SEARCHES[self.method](self, step, initial_state, common, option)
 
     def compute_mask(self, memory, previous_mask=None):
         return None
 
     def compute_output_spec(
-        self, memory, memory_mask=None, initial_state=None, allowed_tokens=None, target_prefix=None, mask=None
+        self,
+        memory,
+        memory_mask=None,
+        initial_state=None,
+        allowed_tokens=None,
+        target_prefix=None,
+        options=None,
+        mask=None,
     ):
         return self.output_spec_for(memory.shape[0], memory.shape[1])
 
@@ -258,6 +367,7 @@ class SearchDecoder(keras.layers.Layer):
                 "no_repeat_ngram_size": self.no_repeat_ngram_size,
                 "num_hypotheses": self.num_hypotheses,
                 "return_token_log_probs": self.return_token_log_probs,
+                "runtime_options": list(self.runtime_options),
             }
         )
         return config

@@ -11,6 +11,8 @@ that is not penalised) is the empty tuple `ABSENT` in the loop variables:
 loop variables keep one layout whatever is carried.
 """
 
+import numbers
+
 import keras
 import numpy as np
 from keras import ops
@@ -90,3 +92,24 @@ def check_tokens(end_token, pad_token):
 
 def check_max_length(max_length):
     return _checks.check_positive_int("decoding", "max_length", max_length)
+
+
+def is_rows(value):
+    """Whether a search option is per example (a `(batch,)` tensor, from
+    `option_rows`) rather than one Python number for every example."""
+    return value is not None and not isinstance(value, numbers.Number)
+
+
+def option_rows(value, dtype, check):
+    """A search option: a number (or None), checked by `check` and kept as a
+    constant of the graph, or `(batch,)` values, one per example, cast to
+    `dtype` (their values are checked where they are fed: they may be
+    unknown until run time)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if value is None or isinstance(value, numbers.Number):
+        return check(value)
+    value = ops.cast(value, dtype)
+    if len(value.shape) != 1:
+        raise ValueError(f"decoding: a per-example option must have shape (batch,); got shape {tuple(value.shape)}.")
+    return value

@@ -38,6 +38,7 @@ def beam_search(
     early_stopping=False,
     length_convention="default",
     return_token_log_probs=False,
+    length_limits=None,
 ):
     """Beam search inside the graph, as `tfa.seq2seq.BeamSearchDecoder` did.
 
@@ -70,8 +71,14 @@ def beam_search(
         end_token: the id that ends a hypothesis.
         max_length: a Python int, the most tokens to produce.
         beam_width: a positive Python int.
-        length_penalty_weight: `alpha` (0 disables the length penalty).
-        coverage_penalty_weight: `beta` (0 disables it; needs alignments).
+        length_penalty_weight: `alpha` (0 disables the length penalty), or
+            `(batch,)` values, one per example.
+        coverage_penalty_weight: `beta` (0 disables it; needs alignments),
+            or `(batch,)` values, one per example.
+        length_limits: optional `(batch,)` ints in `[1, max_length]`:
+            example `b`'s beams stop after `length_limits[b]` steps and are
+            what a search with that `max_length` returns (ids after it
+            `pad_token`); the loop bound and output width stay `max_length`.
         pad_token: id written after a hypothesis ended (default `end_token`).
         return_alignments: keep the alignment history the step returns
             (False: no `(batch, beam, max_length, source)` buffer is carried;
@@ -111,12 +118,22 @@ def beam_search(
     """
     max_length = _loop.check_max_length(max_length)
     beam_width = _checks.check_positive_int("beam_search", "beam_width", beam_width)
-    length_penalty_weight = _checks.check_number(
-        "beam_search", "length_penalty_weight", length_penalty_weight, minimum=0
+    alpha = _loop.option_rows(
+        length_penalty_weight,
+        "float32",
+        lambda v: _checks.check_number("beam_search", "length_penalty_weight", v, minimum=0),
     )
-    coverage_penalty_weight = _checks.check_number(
-        "beam_search", "coverage_penalty_weight", coverage_penalty_weight, minimum=0
+    beta = _loop.option_rows(
+        coverage_penalty_weight,
+        "float32",
+        lambda v: _checks.check_number("beam_search", "coverage_penalty_weight", v, minimum=0),
     )
+    # Per example, the weights broadcast over the beams (and the candidates).
+    alpha_beams = ops.expand_dims(alpha, 1) if _loop.is_rows(alpha) else alpha
+    alpha_candidates = ops.expand_dims(alpha_beams, 2) if _loop.is_rows(alpha) else alpha
+    beta_beams = ops.expand_dims(beta, 1) if _loop.is_rows(beta) else beta
+    if length_limits is not None:
+        length_limits = ops.cast(length_limits, "int32")
     end_token, pad_token = _loop.check_tokens(end_token, pad_token)
     early_stopping = _checks.check_bool("beam_search", "early_stopping", early_stopping)
     return_token_log_probs = _checks.check_bool("beam_search", "return_token_log_probs", return_token_log_probs)
@@ -140,9 +157,9 @@ def beam_search(
             alignment = ops.where(ops.expand_dims(finished, -1), 0.0, alignment)
             if _loop.is_carried(coverage):
                 coverage = coverage + alignment
-                penalty = coverage_penalty(coverage, coverage_penalty_weight)
+                penalty = coverage_penalty(coverage, beta_beams)
         scores = candidate_scores(
-            total, finished, beams["lengths"], end_token, length_penalty_weight, penalty, length_convention
+            total, finished, beams["lengths"], end_token, alpha_candidates, penalty, length_convention
         )
         chosen = select_candidates(scores, total, finished, beams["lengths"], end_token, pad_token)
         parents = chosen.pop("parents")
@@ -158,6 +175,16 @@ def beam_search(
             parent_log_probs = ops.take_along_axis(beams["log_probs"], parents, axis=1)
             token_log_probs = ops.maximum(chosen["log_probs"] - parent_log_probs, _loop.NEG_INF)
             chosen["token_log_probs"] = write_step(beams["token_log_probs"], parents, time, token_log_probs)
+        if length_limits is not None:
+            # An example past its limit keeps its beams as they stand: what a
+            # search of that max_length returned.
+            active = ops.less(time, length_limits)  # (batch,)
+            chosen = {
+                name: _keep_where(active, value, beams[name]) if _loop.is_carried(value) else value
+                for name, value in chosen.items()
+            }
+            parents = ops.where(ops.expand_dims(active, 1), parents, ops.expand_dims(ops.arange(width), 0))
+            tokens = ops.where(ops.expand_dims(active, 1), tokens, pad_token)
         return ops.reshape(tokens, (-1,)), reorder_beams(state, parents), chosen
 
     # First step outside the loop: it tells the source length for the buffers.
@@ -167,7 +194,7 @@ def beam_search(
         source_length = ops.shape(alignment)[-1]
         if return_alignments:
             alignments = ops.zeros((batch, width, max_length, source_length), "float32")
-        if coverage_penalty_weight:  # the coverage is tracked only to be penalised
+        if _loop.is_rows(beta) or beta:  # the coverage is tracked only to be penalised
             coverage = ops.zeros((batch, width, source_length), "float32")
     # Only beam 0 is live at the start, so the first expansion is not counted
     # `width` times.
@@ -188,12 +215,18 @@ def beam_search(
     next_ids, state, beams = advance(0, logits, alignment, state, beams)
 
     def cond(time, next_ids, state, beams):
-        going = ops.logical_and(ops.less(time, max_length), ops.logical_not(ops.all(beams["finished"])))
+        finished = beams["finished"]
+        stopped = None
+        if length_limits is not None:
+            stopped = ops.greater_equal(time, length_limits)  # (batch,)
+            finished = ops.logical_or(finished, ops.expand_dims(stopped, 1))
+        going = ops.logical_and(ops.less(time, max_length), ops.logical_not(ops.all(finished)))
         if not early_stopping:
             return going
-        decided = search_is_decided(
-            beams["scores"], beams["log_probs"], beams["finished"], max_length, length_penalty_weight
-        )
+        longest = max_length if length_limits is None else ops.expand_dims(length_limits, 1)
+        decided = search_is_decided(beams["scores"], beams["log_probs"], beams["finished"], longest, alpha_beams)
+        if stopped is not None:
+            decided = ops.logical_or(decided, stopped)
         return ops.logical_and(going, ops.logical_not(ops.all(decided)))
 
     def body(time, next_ids, state, beams):
@@ -218,3 +251,11 @@ def beam_search(
     if _loop.is_carried(beams["token_log_probs"]):
         result["token_log_probs"] = ops.where(ops.expand_dims(filler, -1), 0.0, beams["token_log_probs"])
     return result
+
+
+def _keep_where(active, new, old):
+    """`new` for the examples where `active` `(batch,)`, else `old`."""
+    active = ops.reshape(active, (-1,) + (1,) * (len(new.shape) - 1))
+    if new.dtype == "bool":  # logical ops: onnxruntime has no boolean Where
+        return ops.logical_or(ops.logical_and(active, new), ops.logical_and(ops.logical_not(active), old))
+    return ops.where(active, new, old)

@@ -68,7 +68,9 @@ def coverage_penalty(coverage, weight):
     attended = ops.greater(coverage, 0.0)
     # log(1) = 0 stands in where nothing was attended: log(0) is never taken.
     logs = ops.log(ops.minimum(ops.where(attended, coverage, 1.0), 1.0))
-    return weight * ops.sum(ops.where(attended, logs, 0.0), -1)
+    # The axis counted from the front: onnxruntime leaves an empty tensor
+    # unreduced over a negative axis (a batch of 0).
+    return weight * ops.sum(ops.where(attended, logs, 0.0), axis=len(coverage.shape) - 1)
 
 
 def extend_hypotheses(log_probs, step_log_probs, finished, end_token):

@@ -87,16 +87,21 @@ def constrained_step(
       `prefix[b, t]`, whatever the other constraints say; decoding goes on
       freely after it.
 
+    `min_length`, `repetition_penalty` and `no_repeat_ngram_size` are each
+    one number for every example or a `(batch,)` tensor of one per example
+    (a run-time input of an exported decoder; its values are checked where
+    they are fed, not here).
+
     Args:
         step_fn: `step(ids, state) -> (logits, state[, alignment])`.
         initial_state: the step's initial state (batch rows).
         end_token: int.
-        min_length: int >= 0.
+        min_length: int >= 0, or `(batch,)` ints.
         max_lengths: optional `(batch,)` ints >= 1 (see `relative_max_lengths`).
         suppress_tokens: optional list of ids.
         allowed_tokens: optional `(batch, vocabulary)` bool tensor.
-        repetition_penalty: a float >= 1 (1: none).
-        no_repeat_ngram_size: an int >= 0 (0: none).
+        repetition_penalty: a float >= 1 (1: none), or `(batch,)` floats.
+        no_repeat_ngram_size: an int >= 0 (0: none), or `(batch,)` ints.
         prefix, prefix_lengths: optional `(batch, P)` ids and `(batch,)`
             lengths.
         max_length: the search's `max_length`; needed with a repetition
@@ -114,21 +119,42 @@ def constrained_step(
     # [[3, 3, 2, 2, 2], [3, 3, 2, 2, 2]]: two tokens (never 1) before the end
     ```
     """
-    min_length = _checks.check_int("decoding", "min_length", min_length, 0, "an integer")
     end_token = _checks.check_int("decoding", "end_token", end_token, 0, "an integer id")
     suppress_tokens = check_suppress_tokens("decoding", suppress_tokens, end_token)
-    repetition_penalty = check_repetition_penalty("decoding", repetition_penalty)
-    no_repeat_ngram_size = _checks.check_int("decoding", "no_repeat_ngram_size", no_repeat_ngram_size, 0, "an integer")
     batch = _loop.batch_size_of(0, initial_state)
     constraints = {"time": ops.zeros((batch,), "int32")}
+    # A per-example value rides in the state, which the searches tile and
+    # reorder with the hypotheses; a number stays a constant of the graph.
+    min_length = _loop.option_rows(
+        min_length, "int32", lambda v: _checks.check_int("decoding", "min_length", v, 0, "an integer")
+    )
+    repetition_penalty = _loop.option_rows(
+        repetition_penalty, "float32", lambda v: check_repetition_penalty("decoding", v)
+    )
+    no_repeat_ngram_size = _loop.option_rows(
+        no_repeat_ngram_size,
+        "int32",
+        lambda v: _checks.check_int("decoding", "no_repeat_ngram_size", v, 0, "an integer"),
+    )
+    for name, value in (
+        ("min_length", min_length),
+        ("repetition_penalty", repetition_penalty),
+        ("ngram_size", no_repeat_ngram_size),
+    ):
+        if _loop.is_rows(value):
+            constraints[name] = value
     if max_lengths is not None:
         constraints["max_lengths"] = ops.cast(max_lengths, "int32")
     if allowed_tokens is not None:
         constraints["allowed"] = ops.cast(allowed_tokens, "bool")
-    if repetition_penalty != 1 or no_repeat_ngram_size:
+    penalizes = _loop.is_rows(repetition_penalty) or repetition_penalty != 1
+    blocks_ngrams = _loop.is_rows(no_repeat_ngram_size) or no_repeat_ngram_size
+    if penalizes or blocks_ngrams:
         if max_length is None:
             raise ValueError("decoding: a repetition penalty or n-gram blocking needs the search's `max_length`.")
         constraints["history"] = ops.full((batch, _loop.check_max_length(max_length)), -1, "int32")
+    if blocks_ngrams:
+        constraints["suffix_matches"] = ops.zeros((batch, max_length), "int32")
     if prefix is not None:
         constraints["prefix"] = ops.cast(prefix, "int32")
         constraints["prefix_lengths"] = (
@@ -148,8 +174,19 @@ def constrained_step(
             columns = ops.expand_dims(ops.arange(ops.shape(history)[1], dtype="int32"), 0)
             written = ops.equal(columns, ops.expand_dims(extra["time"] - 1, 1))
             extra["history"] = ops.where(written, ops.expand_dims(ops.cast(ids, "int32"), 1), history)
-            logits = _penalize_repetitions(logits, extra["history"], repetition_penalty)
-        forbidden = _forbidden(logits, extra, end_token, min_length, suppress_tokens, no_repeat_ngram_size)
+            if "suffix_matches" in extra:
+                extra["suffix_matches"] = _suffix_matches(extra["suffix_matches"], extra["history"], ids, extra["time"])
+            if penalizes:
+                penalty = extra.get("repetition_penalty", repetition_penalty)
+                logits = _penalize_repetitions(logits, extra["history"], penalty)
+        forbidden = _forbidden(
+            logits,
+            extra,
+            end_token,
+            extra.get("min_length", min_length),
+            suppress_tokens,
+            extra.get("ngram_size", no_repeat_ngram_size),
+        )
         logits = ops.where(forbidden, _loop.NEG_INF, logits)
         extra["time"] = extra["time"] + 1
         if alignment is None:
@@ -170,29 +207,47 @@ def _one_hot_ids(ids, vocabulary):
 
 
 def _penalize_repetitions(logits, history, penalty):
-    if penalty == 1:
-        return logits
     produced = ops.any(_one_hot_ids(history, ops.shape(logits)[-1]), axis=1)
+    if _loop.is_rows(penalty):
+        penalty = ops.expand_dims(penalty, 1)
     penalized = ops.where(ops.greater(logits, 0), logits / penalty, logits * penalty)
     return ops.where(produced, penalized, logits)
 
 
-def _repeated_ngram_ends(history, time, n, vocabulary):
-    """`(N, V)` bool: tokens that would complete an n-gram already in
-    `history` (tokens 0..time-1 of each row; `time` is the same for all)."""
-    length = history.shape[1]
-    if n > length:
-        return ops.zeros((ops.shape(history)[0], vocabulary), "bool")
-    windows = length - n + 1
-    starts = ops.expand_dims(ops.arange(windows, dtype="int32"), 0)  # (1, W)
-    time = ops.expand_dims(time, 1)  # (N, 1)
-    # An n-gram starting at i ends before `time`, and the last n-1 tokens exist.
-    match = ops.logical_and(ops.less(starts + n - 1, time), ops.greater_equal(time, n - 1))
-    for k in range(n - 1):
-        last = ops.take_along_axis(history, ops.maximum(time - (n - 1) + k, 0), axis=1)  # (N, 1)
-        match = ops.logical_and(match, ops.equal(history[:, k : k + windows], last))
-    completing = ops.where(match, history[:, n - 1 : n - 1 + windows], -1)
-    return ops.any(_one_hot_ids(completing, vocabulary), axis=1)
+def _suffix_matches(previous, history, ids, time):
+    """`(N, L)` int: entry `j` is the length of the longest common suffix of
+    the tokens `0..j` and `0..time-1` (the latest, `ids`, just written at
+    `time - 1`), for `j < time - 1`; 0 elsewhere.
+
+    One step of the recurrence `S[j] = (h[j] == h[t-1]) * (1 + S_prev[j-1])`,
+    so n-gram blocking costs `O(L)` a step whatever `n`, and `n` may differ
+    per example.
+    """
+    shifted = ops.pad(previous[:, :-1], [[0, 0], [1, 0]])
+    columns = ops.expand_dims(ops.arange(ops.shape(history)[1], dtype="int32"), 0)
+    extends = ops.logical_and(
+        ops.equal(history, ops.expand_dims(ops.cast(ids, "int32"), 1)),
+        ops.less(columns, ops.expand_dims(time - 1, 1)),
+    )
+    return ops.where(extends, shifted + 1, 0)
+
+
+def _repeated_ngram_ends(history, suffix_matches, n, vocabulary):
+    """`(N, V)` bool: the tokens that would complete an n-gram already in
+    `history` (`n` an int or `(N,)` ints; 0: none).
+
+    With `n >= 2`, token `h[j+1]` is forbidden when the `n - 1` tokens
+    ending at `j` are the last `n - 1` produced (`suffix_matches[j] >= n -
+    1`); with `n = 1` every token produced is.
+    """
+    if not _loop.is_rows(n):
+        n = ops.full((ops.shape(history)[0],), n, "int32")
+    n = ops.expand_dims(n, 1)
+    repeats = ops.logical_and(ops.greater_equal(n, 2), ops.greater_equal(suffix_matches[:, :-1], n - 1))
+    completing = ops.where(repeats, history[:, 1:], -1)
+    forbidden = ops.any(_one_hot_ids(completing, vocabulary), axis=1)
+    produced = ops.any(_one_hot_ids(history, vocabulary), axis=1)
+    return ops.logical_or(forbidden, ops.logical_and(ops.equal(n, 1), produced))
 
 
 def _forbidden(logits, extra, end_token, min_length, suppress_tokens, no_repeat_ngram_size):
@@ -201,6 +256,8 @@ def _forbidden(logits, extra, end_token, min_length, suppress_tokens, no_repeat_
     token = ops.expand_dims(ops.arange(vocabulary, dtype="int32"), 0)  # (1, V)
     is_end = ops.equal(token, end_token)
     time = ops.expand_dims(extra["time"], 1)  # (N, 1)
+    if _loop.is_rows(min_length):
+        min_length = ops.expand_dims(min_length, 1)
     forbidden = ops.logical_and(is_end, ops.less(time, min_length))
     if "max_lengths" in extra:
         at_last = ops.greater_equal(time, ops.expand_dims(extra["max_lengths"], 1) - 1)
@@ -212,8 +269,8 @@ def _forbidden(logits, extra, end_token, min_length, suppress_tokens, no_repeat_
         forbidden = ops.logical_or(forbidden, suppressed)
     if "allowed" in extra:
         forbidden = ops.logical_or(forbidden, ops.logical_not(ops.logical_or(extra["allowed"], is_end)))
-    if no_repeat_ngram_size:
-        repeated = _repeated_ngram_ends(extra["history"], extra["time"], no_repeat_ngram_size, vocabulary)
+    if "suffix_matches" in extra:
+        repeated = _repeated_ngram_ends(extra["history"], extra["suffix_matches"], no_repeat_ngram_size, vocabulary)
         forbidden = ops.logical_or(forbidden, repeated)
     if "prefix" in extra:
         prefix = extra["prefix"]
@@ -239,6 +296,7 @@ def top_p_filter(logits, top_p):
     """Keep the smallest set of most likely tokens whose probability reaches
     `top_p` (nucleus sampling, Holtzman et al. 2019, arXiv:1904.09751); the
     others get the floor `NEG_INF`. Ties at the boundary are all kept.
+    `top_p`: one number in (0, 1], or `(batch,)` values, one per row.
 
     Example:
 
@@ -247,15 +305,26 @@ def top_p_filter(logits, top_p):
     # keeps 0.5 and 0.3 (0.8 >= 0.75): [[log 0.5, log 0.3, NEG_INF, NEG_INF]]
     ```
     """
-    top_p = check_top_p("top_p_filter", top_p)
+    top_p = _loop.option_rows(top_p, "float32", lambda v: check_top_p("top_p_filter", v))
     logits = ops.cast(logits, "float32")
-    if top_p == 1:
+    per_row = _loop.is_rows(top_p)
+    if not per_row and top_p == 1:
         return logits
+    if per_row:
+        top_p = ops.expand_dims(top_p, 1)
     vocabulary = ops.shape(logits)[-1]
     ordered = ops.top_k(logits, vocabulary)[0]  # descending
     probabilities = ops.softmax(ordered, axis=-1)
     mass_before = ops.cumsum(probabilities, axis=-1) - probabilities
     # The smallest kept logit: the last token whose preceding mass is below p.
     kept = ops.less(mass_before, top_p)
-    threshold = ops.min(ops.where(kept, ordered, float("inf")), axis=-1, keepdims=True)
+    if per_row:
+        # p = 1 keeps every token, as the constant does (a rounded cumulative
+        # sum may pass 1 before the last token).
+        kept = ops.logical_or(kept, ops.greater_equal(top_p, 1.0))
+    # (`initial`: an empty batch has no minimum to take; the axis counted
+    # from the front: onnxruntime leaves an empty tensor unreduced over a
+    # negative one.)
+    last = len(ordered.shape) - 1
+    threshold = ops.min(ops.where(kept, ordered, float("inf")), axis=last, keepdims=True, initial=float("inf"))
     return ops.where(ops.less(logits, threshold), _loop.NEG_INF, logits)

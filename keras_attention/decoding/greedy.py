@@ -7,6 +7,7 @@ from keras import ops
 from keras_attention import _checks
 from keras_attention.decoding import _loop
 from keras_attention.decoding.constraints import check_top_p, top_p_filter
+from keras_attention.decoding.hashed_random import hashed_uniform
 
 __all__ = ["greedy_search", "sampling_search"]
 
@@ -21,15 +22,18 @@ def _single_path_search(
     pad_token,
     return_alignments,
     return_token_log_probs=False,
+    length_limits=None,
 ):
     max_length = _loop.check_max_length(max_length)
     end_token, pad_token = _loop.check_tokens(end_token, pad_token)
     batch = _loop.batch_size_of(start_tokens, initial_state)
     first_ids = _loop.start_ids(start_tokens, batch)
+    if length_limits is not None:
+        length_limits = ops.cast(length_limits, "int32")
 
     def advance(time, logits, alignment, finished, scores, lengths, out_ids, alignments, token_log_probs):
         log_probs = _loop.log_probabilities(logits)
-        token = ops.where(finished, pad_token, choose(log_probs))
+        token = ops.where(finished, pad_token, choose(log_probs, time))
         token_log_prob = ops.take_along_axis(log_probs, ops.expand_dims(token, 1), axis=1)[:, 0]
         running = ops.logical_not(finished)
         scores = scores + ops.where(running, token_log_prob, 0.0)
@@ -43,6 +47,10 @@ def _single_path_search(
             alignment = ops.where(ops.expand_dims(running, 1), ops.cast(alignment, "float32"), 0.0)
             alignments = _loop.write_at(alignments, time, alignment, time_axis=1)
         finished = ops.logical_or(finished, ops.equal(token, end_token))
+        if length_limits is not None:
+            # An example stops after its own number of tokens, as a search of
+            # that max_length would: no end token forced.
+            finished = ops.logical_or(finished, ops.greater_equal(time + 1, length_limits))
         return token, finished, scores, lengths, out_ids, alignments, token_log_probs
 
     # The first step runs outside the loop: it tells the alignment length
@@ -90,6 +98,7 @@ def greedy_search(
     pad_token=None,
     return_alignments=True,
     return_token_log_probs=False,
+    length_limits=None,
 ):
     """Greedy decoding inside the graph: at each step take the most likely token.
 
@@ -112,6 +121,10 @@ def greedy_search(
         return_token_log_probs: also return `token_log_probs (batch,
             max_length)`, each produced token's log-probability (0 after
             the end); they sum to `scores`.
+        length_limits: optional `(batch,)` ints in `[1, max_length]`:
+            example `b` stops after `length_limits[b]` tokens, as a search
+            with that `max_length` would (the loop bound and the output
+            width stay `max_length`; ids after the limit are `pad_token`).
 
     Returns:
         A dict: `ids (batch, max_length)` int32; `scores (batch,)` the sum of
@@ -121,7 +134,7 @@ def greedy_search(
         `alignments (batch, max_length, source_length)` (zero after the end).
     """
 
-    def choose(log_probs):
+    def choose(log_probs, time):
         return ops.cast(ops.top_k(log_probs, 1)[1][:, 0], "int32")
 
     return _single_path_search(
@@ -134,6 +147,7 @@ def greedy_search(
         pad_token,
         return_alignments,
         _checks.check_bool("greedy_search", "return_token_log_probs", return_token_log_probs),
+        length_limits,
     )
 
 
@@ -150,6 +164,7 @@ def sampling_search(
     return_alignments=True,
     top_p=1.0,
     return_token_log_probs=False,
+    length_limits=None,
 ):
     """Sampling decoding inside the graph: each token drawn from the model.
 
@@ -160,44 +175,63 @@ def sampling_search(
     the loop uses only ops that compile with XLA. The returned `scores` are the
     log-probabilities under the model itself (temperature 1, no truncation).
 
+    `temperature`, `top_k` and `top_p` are each one number for every
+    example or a `(batch,)` tensor of one per example (run-time inputs of an
+    exported decoder, checked where they are fed).
+
     Args:
         step_fn, initial_state, start_tokens, end_token, max_length, pad_token,
-        return_alignments, return_token_log_probs: as in `greedy_search`.
+        return_alignments, return_token_log_probs, length_limits: as in
+            `greedy_search`.
         temperature: > 0; below 1 sharpens, above 1 flattens the distribution.
-        top_k: keep only the k most likely tokens at each step (None: all).
+        top_k: keep only the k most likely tokens at each step (None: all;
+            per example, 0 keeps all).
         top_p: in (0, 1]; keep the smallest set of most likely tokens whose
             probability (after temperature and `top_k`) reaches it (1: all).
-        seed: an int or a `keras.random.SeedGenerator`. Inside a compiled
-            function pass a SeedGenerator created outside it.
+        seed: an int or a `keras.random.SeedGenerator` (inside a compiled
+            function pass a SeedGenerator created outside it); or a
+            `(batch,)` tensor of integer seeds >= 0, one per example: the
+            draws are then `hashed_uniform(seed, step, token)`, a pure
+            function of them, identical in Keras, SavedModel and ONNX and
+            independent of the rest of the batch.
 
     Returns:
         As `greedy_search`.
     """
-    temperature = _checks.check_number("sampling_search", "temperature", temperature, minimum=0, strict=True)
-    top_k = _checks.check_positive_int("sampling_search", "top_k", top_k, allow_none=True)
-    top_p = check_top_p("sampling_search", top_p)
-    seed = seed if isinstance(seed, keras.random.SeedGenerator) else keras.random.SeedGenerator(seed)
+    owner = "sampling_search"
+    temperature = _loop.option_rows(
+        temperature, "float32", lambda v: _checks.check_number(owner, "temperature", v, minimum=0, strict=True)
+    )
+    top_k = _loop.option_rows(top_k, "int32", lambda v: _checks.check_positive_int(owner, "top_k", v, allow_none=True))
+    top_p = _loop.option_rows(top_p, "float32", lambda v: check_top_p(owner, v))
+    hashed = _loop.is_rows(seed) and not isinstance(seed, keras.random.SeedGenerator)
+    if hashed:
+        seed = _loop.option_rows(seed, "int32", None)
+    elif not isinstance(seed, keras.random.SeedGenerator):
+        seed = keras.random.SeedGenerator(seed)
     tiny = float(np.finfo("float32").tiny)
     # A temperature under float32's smallest normal number would flush to a
     # subnormal or to zero in float32: at that temperature sampling is argmax
     # anyway, which the smallest normal temperature gives too.
-    temperature = max(temperature, tiny)
+    temperature = (
+        ops.expand_dims(ops.maximum(temperature, tiny), 1) if _loop.is_rows(temperature) else max(temperature, tiny)
+    )
 
-    def choose(log_probs):
+    def choose(log_probs, time):
         # The best token's logit becomes exactly 0 and stays 0 after the
         # division, however small the temperature; dividing the raw
         # log-probabilities instead sends them all to -inf (token 0 wins).
-        # (`initial`: an empty batch has no maximum to take.)
-        best = ops.max(log_probs, axis=-1, keepdims=True, initial=float("-inf"))
+        # (`initial`: an empty batch has no maximum to take; axis 1, not -1:
+        # onnxruntime leaves an empty tensor unreduced over a negative axis.)
+        best = ops.max(log_probs, axis=1, keepdims=True, initial=float("-inf"))
         logits = (log_probs - best) / temperature
-        vocabulary = logits.shape[-1]
-        # Keeping at least the whole vocabulary keeps every token: no filter.
-        if top_k is not None and (vocabulary is None or top_k < vocabulary):
-            kth_best = ops.top_k(logits, top_k)[0][:, -1:]
-            logits = ops.where(ops.less(logits, kth_best), _loop.NEG_INF, logits)
-        if top_p < 1:
+        logits = _top_k_filter(logits, top_k)
+        if _loop.is_rows(top_p) or top_p < 1:
             logits = top_p_filter(logits, top_p)
-        uniform = keras.random.uniform(ops.shape(logits), minval=tiny, maxval=1.0, seed=seed)
+        if hashed:
+            uniform = hashed_uniform(seed, time, ops.shape(logits)[-1])
+        else:
+            uniform = keras.random.uniform(ops.shape(logits), minval=tiny, maxval=1.0, seed=seed)
         return ops.cast(ops.top_k(logits - ops.log(-ops.log(uniform)), 1)[1][:, 0], "int32")
 
     return _single_path_search(
@@ -210,4 +244,26 @@ def sampling_search(
         pad_token,
         return_alignments,
         _checks.check_bool("sampling_search", "return_token_log_probs", return_token_log_probs),
+        length_limits,
     )
+
+
+def _top_k_filter(logits, top_k):
+    """Logits outside each row's `top_k` most likely get `NEG_INF` (ties at
+    the k-th kept); `top_k` None, or per example 0 or at least the
+    vocabulary, keeps every token."""
+    vocabulary = logits.shape[-1]
+    if not _loop.is_rows(top_k):
+        # Keeping at least the whole vocabulary keeps every token: no filter.
+        if top_k is None or (vocabulary is not None and top_k >= vocabulary):
+            return logits
+        kth_best = ops.top_k(logits, top_k)[0][:, -1:]
+        return ops.where(ops.less(logits, kth_best), _loop.NEG_INF, logits)
+    vocabulary = ops.shape(logits)[-1]
+    ordered = ops.top_k(logits, vocabulary)[0]  # descending
+    k = ops.expand_dims(top_k, 1)
+    kth_best = ops.take_along_axis(ordered, ops.clip(k - 1, 0, vocabulary - 1), axis=1)
+    keep_all = ops.logical_or(ops.less_equal(k, 0), ops.greater_equal(k, vocabulary))
+    # Logical ops, not a boolean select: onnxruntime has no boolean Where.
+    dropped = ops.logical_and(ops.less(logits, kth_best), ops.logical_not(keep_all))
+    return ops.where(dropped, _loop.NEG_INF, logits)

@@ -185,6 +185,8 @@ def export_model(
             },
             "outputs": {n: {"dtype": d} for n, d in zip(signature.output_names, signature.output_dtypes)},
         }
+        if signature.options:
+            report.signatures[signature.name]["options"] = signature.options
         if DEFAULT_SIGNATURE not in models and signature is signatures[0] and "saved_model" in formats:
             report.notes.append(f"SavedModel: {signature.name!r} is also served as {DEFAULT_SIGNATURE!r}.")
 

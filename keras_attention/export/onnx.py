@@ -1,10 +1,12 @@
 """ONNX conversion with tf2onnx, the checks on its file, and errors that
 name the TensorFlow ops that did not convert."""
 
+import json
 import logging
 import re
 
 import keras
+import numpy as np
 
 from keras_attention.export.report import ExportError
 
@@ -67,13 +69,32 @@ def _conversion_error(signature, opset, unconverted, messages, cause=None):
 
 
 def _name_dynamic_axes(model_proto, signature):
-    """Readable names for the unknown axes: `batch` and `<input>_length`, instead of `unk__12`."""
+    """Readable names for the unknown axes: `batch` and `<input>_length`, instead of `unk__12`
+    (`<option>_values` for a run-time option: 0, 1 or a batch of values)."""
     for value in model_proto.graph.input:
         for axis, dim in enumerate(value.type.tensor_type.shape.dim):
             if not dim.HasField("dim_value"):
                 dim.dim_param = (
-                    "batch" if axis == 0 else (f"{value.name}_length" if axis == 1 else f"{value.name}_dim{axis}")
+                    f"{value.name}_values"
+                    if value.name in signature.options
+                    else "batch"
+                    if axis == 0
+                    else (f"{value.name}_length" if axis == 1 else f"{value.name}_dim{axis}")
                 )
+
+
+OPTIONS_PROPERTY = "keras_attention.options"
+
+
+def _optional_option_inputs(model_proto, signature):
+    """Give each run-time option input an empty initializer: ONNX's optional
+    input with a default (an initializer of an input's name), the empty
+    tensor meaning the decoder's own default, which is in the graph. The
+    options' bounds go into the metadata, for serving to check its feeds."""
+    import onnx
+
+    for name, bounds in signature.options.items():
+        model_proto.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros((0,), bounds["dtype"]), name))
     for value in model_proto.graph.output:
         dims = value.type.tensor_type.shape.dim
         if len(dims) and not dims[0].HasField("dim_value"):
@@ -147,9 +168,11 @@ def _export_onnx(signature, function, path, opset):
         _reshapes_keep_zero_sizes(model_proto.graph)
     _name_dynamic_axes(model_proto, signature)
     model_proto.doc_string = f"keras-attention export of signature {signature.name!r}"
-    onnx.helper.set_model_props(
-        model_proto, {"keras_attention.signature": signature.name, "keras.version": keras.__version__}
-    )
+    properties = {"keras_attention.signature": signature.name, "keras.version": keras.__version__}
+    if signature.options:
+        _optional_option_inputs(model_proto, signature)
+        properties[OPTIONS_PROPERTY] = json.dumps(signature.options)
+    onnx.helper.set_model_props(model_proto, properties)
     onnx.save(model_proto, str(path))
     try:
         onnx.checker.check_model(str(path), full_check=True)
@@ -169,6 +192,10 @@ def _session(path, threads=None):
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
+    # Errors only: onnxruntime warns on every load that an input with an
+    # initializer (a run-time option's default) is not folded as a constant,
+    # which is what such an input is for.
+    options.log_severity_level = 3
     if threads:
         options.intra_op_num_threads = threads
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])

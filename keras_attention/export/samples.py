@@ -37,6 +37,11 @@ def _generated_batches(signature, shapes, rng):
         lengths[rng.integers(batch)] = length  # the padded length is really used
         arrays = []
         for spec, tensor in zip(signature.input_specs, tensors):
+            if spec.name in signature.options:
+                # The default: empty in the first batch, its one value after.
+                bounds = signature.options[spec.name]
+                arrays.append(np.array([bounds["default"]] if batches else [], bounds["dtype"]))
+                continue
             shape = [
                 batch if axis == 0 and d is None else (length if d is None else d)
                 for axis, d in enumerate(spec.shape.as_list())
@@ -85,15 +90,17 @@ def _sample_batches(signature, sample_inputs, vocabulary):
             raise ValueError(
                 f"`sample_inputs` must be a list of {{input name: array}} dicts; got an entry {type(batch).__name__}."
             )
-        if all(name in batch for name in signature.input_names):
+        if all(name in batch or name in signature.options for name in signature.input_names):
             arrays = []
             for name, spec in zip(signature.input_names, signature.input_specs):
-                value = batch[name]
+                # A run-time option left out takes its default (no values).
+                value = batch.get(name, [])
                 if _is_text(value):
                     if vocabulary is None:
                         raise ValueError(f"`sample_inputs`: input {name!r} is text; pass `vocabulary` to tokenise it.")
                     value = encode_strings(value, vocabulary)
-                arrays.append(np.asarray(value, dtype=spec.dtype.as_numpy_dtype))
+                array = np.asarray(value, dtype=spec.dtype.as_numpy_dtype)
+                arrays.append(array.reshape(-1) if name in signature.options else array)  # a scalar: one value
             batches.append(arrays)
     if not batches:
         raise ValueError(

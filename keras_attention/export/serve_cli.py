@@ -5,6 +5,14 @@ onnxruntime on JSON inputs; print what it computed and its latency.
         [--inputs-file INPUTS.json] [--runs 100] [--warmup 5] [--threads N] [--json] [--all-outputs]
         [--precision int8]
     keras-attention-serve OUT_DIR --signature pronounce --texts words.txt [--batch-size 256]
+        [--max-length N] [--min-length N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
+        [--length-penalty-weight A] [--coverage-penalty-weight B] [--repetition-penalty R]
+        [--no-repeat-ngram-size N]
+
+The decoding flags set the run-time options of a decoder exported with
+`runtime_options=` (one value for every input; in --inputs JSON an option
+may also be a list, one per input). A flag the model does not take, or a
+value outside its bounds, is an error naming it.
 
 By default a model that outputs `ids` (with a `vocabulary.json` in OUT_DIR)
 prints its translations, one per input line (the best beam of a beam
@@ -37,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_attention.decoders.runtime_options import RUNTIME_OPTIONS
 from keras_attention.export.cli import _Parser, error_line
 from keras_attention.export.layout import DEFAULT_SIGNATURE, PRECISIONS
 from keras_attention.export.serving import _OnnxSignature, translate_texts
@@ -71,7 +80,17 @@ def _parse_args(argv=None):
     parser.add_argument(
         "--all-outputs", action="store_true", help="also print every output tensor (alignments, scores, ...)"
     )
+    decoding = parser.add_argument_group("decoding options (a decoder exported with runtime_options=...)")
+    for name, option in RUNTIME_OPTIONS.items():
+        decoding.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            type=int if option.dtype.startswith("int") else float,
+            default=None,
+            help=option.meaning,
+        )
     args = parser.parse_args(argv)
+    args.options = {name: getattr(args, name) for name in RUNTIME_OPTIONS if getattr(args, name) is not None}
     for flag in ("runs", "warmup"):
         if getattr(args, flag) < 0:
             parser.error(f"argument --{flag}: expected an integer >= 0, got {getattr(args, flag)}")
@@ -92,6 +111,20 @@ def _read_inputs(args):
         return json.loads(text)
     except ValueError as error:
         raise ValueError(f"{where} is not valid JSON: {error}") from error
+
+
+def _with_options(inputs, options, model):
+    """The JSON inputs with the decoding flags' options added."""
+    if not options:
+        return inputs
+    if not isinstance(inputs, dict):  # a model's only input, given bare
+        inputs = {next(iter(model.specs)): inputs} if len(model.specs) == 1 else inputs
+    if not isinstance(inputs, dict):
+        raise ValueError("the decoding flags need the inputs as a JSON object {input name: value}.")
+    twice = sorted(set(inputs) & set(options))
+    if twice:
+        raise ValueError(f"{twice} given both in the inputs and as flags; give each once.")
+    return {**inputs, **options}
 
 
 def _read_texts(path):
@@ -159,10 +192,11 @@ def main(argv=None):
                 batch_size=args.batch_size,
                 threads=args.threads,
                 precision=args.precision,
+                options=args.options,
             )
         else:
             model = _OnnxSignature(args.out_dir, args.signature, args.threads, args.precision)
-            feeds = model.feeds(_read_inputs(args))
+            feeds = model.feeds(_with_options(_read_inputs(args), args.options, model))
             outputs = model.run(feeds)
             result = {"outputs": outputs, "text": model.texts(outputs)}
             latency = _latency(lambda: model.run(feeds), args.runs, args.warmup) if args.runs else None

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_attention.decoders.runtime_options import RUNTIME_OPTIONS, check_length_values, check_option_values
 from keras_attention.export.layout import DEFAULT_SIGNATURE, PRECISIONS, VOCABULARY_FILE, _onnx_file
-from keras_attention.export.onnx import _session
+from keras_attention.export.onnx import OPTIONS_PROPERTY, _session
 from keras_attention.export.vocabulary import _is_text, decode_ids, encode_strings, load_vocabulary
 
 _ONNX_TYPES = {
@@ -149,10 +150,13 @@ class _OnnxSignature:
         self.vocabulary = load_vocabulary(directory) if (directory / VOCABULARY_FILE).is_file() else None
         self.session = _session(self.path, threads)
         self.specs = {i.name: i for i in self.session.get_inputs()}
+        self.options = session_options(self.session)
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     def feeds(self, inputs):
-        """{input name: array} for onnxruntime, or a ValueError naming the input."""
+        """{input name: array} for onnxruntime, or a ValueError naming the input.
+
+        The run-time options are optional: one left out keeps its default."""
         specs = self.specs
         if not isinstance(inputs, Mapping):
             if len(specs) != 1:
@@ -160,12 +164,18 @@ class _OnnxSignature:
                     f"`inputs` must be {{input name: value}} for a model with inputs {list(specs)}; got {type(inputs).__name__}."
                 )
             inputs = {next(iter(specs)): inputs}
-        missing, unknown = set(specs) - set(inputs), set(inputs) - set(specs)
+        missing, unknown = set(specs) - set(inputs), set(inputs) - set(specs) - set(self.options)
+        if unknown and unknown <= set(RUNTIME_OPTIONS):
+            option_feeds(self.options, {name: inputs[name] for name in unknown}, None)  # names them
         if missing or unknown:
-            raise ValueError(f"`inputs` has keys {sorted(inputs)}; the model expects exactly {list(specs)}.")
+            optional = f" (and optionally the run-time options {list(self.options)})" if self.options else ""
+            raise ValueError(f"`inputs` has keys {sorted(inputs)}; the model expects exactly {list(specs)}{optional}.")
         rows = _embedding_rows(self.path)
         feeds = {}
+        options = {name: value for name, value in inputs.items() if name in self.options}
         for name, value in inputs.items():
+            if name in self.options:
+                continue
             dtype = _ONNX_TYPES.get(specs[name].type)
             if _is_text(value):
                 if self.vocabulary is None:
@@ -176,6 +186,8 @@ class _OnnxSignature:
             else:
                 feeds[name] = _feed(name, value, specs[name], dtype)
             _check_ids(name, feeds[name], rows.get(name))
+        batch = next((a.shape[0] for a in feeds.values() if a.ndim >= 1), None)
+        feeds.update(option_feeds(self.options, options, batch))
         return feeds
 
     def run(self, feeds):
@@ -201,6 +213,29 @@ class _OnnxSignature:
         }
 
 
+def session_options(session):
+    """{run-time option: bounds and default} of an exported decoder, from its ONNX metadata."""
+    import json
+
+    text = session.get_modelmeta().custom_metadata_map.get(OPTIONS_PROPERTY)
+    return json.loads(text) if text else {}
+
+
+def option_feeds(specs, values, batch):
+    """{option: array} for the run-time options given in `values` (a value
+    for every example, or one per example), checked against `specs`: a
+    ValueError names the input, the value and what was expected."""
+    unknown = sorted(set(values) - set(specs))
+    if unknown:
+        raise ValueError(
+            f"the model has no run-time option {', '.join(map(repr, unknown))}; its options: "
+            f"{list(specs) or 'none (export a decoder built with runtime_options=...)'}."
+        )
+    feeds = {name: check_option_values("input", name, value, specs[name], batch) for name, value in values.items()}
+    check_length_values("input", feeds, specs)
+    return feeds
+
+
 def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, threads=None, precision="float32"):
     """Run an exported ONNX signature once with onnxruntime.
 
@@ -216,10 +251,16 @@ def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, threads=None, preci
     (`--runs`, `--warmup`) and `benchmarks/bench_serving.py` time repeated
     runs.
 
+    A decoder exported with run-time options (`runtime_options=`) takes
+    them as optional inputs: `{"source": ..., "temperature": 0.7}` (one
+    value for every example, or a list of one per example); those left out
+    keep the defaults recorded in the export.
+
     Raises ValueError naming the input when a value does not fit it: not a
     nested list of numbers, another rank, non-integers for integer ids, ids
-    outside the model's embedding table; RuntimeError when onnxruntime fails
-    on valid inputs.
+    outside the model's embedding table, an option outside its bounds (e.g.
+    `top_p` outside (0, 1], `min_length` not below `max_length`);
+    RuntimeError when onnxruntime fails on valid inputs.
 
     Example:
 
@@ -234,13 +275,17 @@ def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, threads=None, preci
     return {"inputs": {n: list(v.shape) for n, v in feeds.items()}, "outputs": outputs, "text": model.texts(outputs)}
 
 
-def translate_texts(directory, texts, signature=DEFAULT_SIGNATURE, batch_size=256, threads=None, precision="float32"):
+def translate_texts(
+    directory, texts, signature=DEFAULT_SIGNATURE, batch_size=256, threads=None, precision="float32", options=None
+):
     """Decode `texts` with an exported sequence model through onnxruntime.
 
     The model's only input is fed the texts tokenised with the export's
     `vocabulary.json`, in batches of similar length; its `ids` output
     (`(B, L)`, or `(B, K, L)` beams: the best is taken) is detokenised.
-    Returns one string per text, in order. `precision` as in `run_onnx`.
+    Returns one string per text, in order. `precision` as in `run_onnx`;
+    `options`: {run-time option: value} for every text (e.g.
+    `{"max_length": 12, "temperature": 0.7}`), checked as `run_onnx` does.
 
     Example:
 
@@ -267,12 +312,19 @@ def translate_texts(directory, texts, signature=DEFAULT_SIGNATURE, batch_size=25
     if "ids" not in names:
         raise ValueError(f"signature {signature!r} has no `ids` output to detokenise; outputs: {names}.")
     dtype = _ONNX_TYPES.get(inputs[0].type, np.int32)
+    if options is not None and not isinstance(options, Mapping):
+        raise ValueError(f"`options` must be {{run-time option: value}}; got {options!r:.80}.")
+    # One value each, for every text: checked once, whatever the batches.
+    extra = option_feeds(session_options(session), dict(options or {}), None)
+    for name, value in extra.items():
+        if value.size > 1:
+            raise ValueError(f"`options`: `{name}` must be one value for every text; got {value.tolist()!r:.80}.")
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     results = [None] * len(texts)
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
         feed = vocabulary["source"].encode([texts[i] for i in rows], dtype=dtype)
-        ids = dict(zip(names, session.run(None, {inputs[0].name: feed})))["ids"]
+        ids = dict(zip(names, session.run(None, {inputs[0].name: feed, **extra})))["ids"]
         if ids.ndim == 3:
             ids = ids[:, 0]
         for i, text in zip(rows, vocabulary["target"].detokenize(ids)):

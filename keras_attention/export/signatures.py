@@ -8,6 +8,10 @@ from collections.abc import Mapping
 import keras
 import numpy as np
 
+from keras_attention.decoders.runtime_options import broadcast_option, expectation
+from keras_attention.decoders.search import SearchDecoder
+from keras_attention.export.report import ExportError
+
 
 @dataclasses.dataclass
 class Signature:
@@ -20,6 +24,8 @@ class Signature:
     input_specs: list  # tf.TensorSpec, named
     output_names: list
     output_dtypes: list
+    # {input name: bounds and default} of the decoders' run-time options
+    options: dict = dataclasses.field(default_factory=dict)
 
     def call_keras(self, arrays):
         """{output name: numpy array} for a list of input arrays in signature order."""
@@ -30,9 +36,72 @@ class Signature:
         }
 
     def serve(self, *tensors):
-        """The exported function: flat named inputs in, {output name: tensor} out."""
+        """The exported function: flat named inputs in, {output name: tensor} out.
+
+        Run-time options are checked first: a bad value stops the SavedModel
+        with an error naming the input (tf2onnx drops the assertions; ONNX
+        serving checks its feeds in Python)."""
+        if self.options:
+            tensors = _checked_options(self, tensors)
         outputs = self.model(keras.tree.pack_sequence_as(self.structure, list(tensors)), training=False)
         return dict(zip(self.output_names, keras.tree.flatten(outputs)))
+
+
+def _checked_options(signature, tensors):
+    """`tensors`, the run-time option inputs behind assertions of their values."""
+    import tensorflow as tf
+
+    named = dict(zip(signature.input_names, tensors))
+    others = [t for n, t in named.items() if n not in signature.options and len(t.shape) >= 1]
+    batch = tf.shape(others[0])[0] if others else None
+    assertions, counts = [], []
+    for name, bounds in signature.options.items():
+        value = named[name]
+        count = tf.size(value)
+        if batch is not None:
+            fits = tf.reduce_any(tf.stack([tf.equal(count, 0), tf.equal(count, 1), tf.equal(count, batch)]))
+            message = f"input `{name}` must hold 0 values (the default), 1 (every example) or one per example; got"
+            counts.append(tf.debugging.Assert(fits, [message, count, "values for a batch of", batch]))
+        valid = tf.math.is_finite(tf.cast(value, tf.float32))
+        low = tf.cast(bounds["minimum"], value.dtype)
+        valid &= tf.greater(value, low) if bounds.get("strict") else tf.greater_equal(value, low)
+        if bounds.get("maximum") is not None:
+            valid &= tf.less_equal(value, tf.cast(bounds["maximum"], value.dtype))
+        message = f"input `{name}` must be {expectation(bounds)}; got"
+        assertions.append(tf.debugging.Assert(tf.reduce_all(valid), [message, value], summarize=16))
+    if batch is not None and "min_length" in signature.options and "max_length" in signature.options:
+        with tf.control_dependencies(counts):  # the counts first: they make the rows
+            low, high = (
+                broadcast_option(named[n], signature.options[n]["default"], batch, "int32")
+                for n in ("min_length", "max_length")
+            )
+            message = "input `min_length` must be below `max_length` (the end token needs a step); got"
+            assertions.append(tf.debugging.Assert(tf.reduce_all(tf.less(low, high)), [message, low, "and", high]))
+    with tf.control_dependencies(counts + assertions):
+        return [tf.identity(t) if n in signature.options else t for n, t in named.items()]
+
+
+def model_options(model):
+    """{option name: bounds} of the run-time options of the in-graph
+    decoders (`SearchDecoder`s) in `model`; an input of that name feeds it."""
+    found, owners = {}, {}
+
+    def visit(layer):
+        if isinstance(layer, SearchDecoder):  # its members' own options are not used
+            for name, bounds in layer.option_specs().items():
+                if name in found and found[name] != bounds:
+                    raise ExportError(
+                        f"decoders {owners[name]!r} and {layer.name!r} both take a run-time `{name}`, with "
+                        f"different defaults or bounds ({found[name]} and {bounds}); export them as separate "
+                        "signatures."
+                    )
+                found[name], owners[name] = bounds, layer.name
+            return
+        for sublayer in getattr(layer, "layers", None) or []:
+            visit(sublayer)
+
+    visit(model)
+    return found
 
 
 def _spec_from(value, name, argument):
@@ -154,4 +223,5 @@ def _make_signature(name, model, input_signature, argument):
             output_struct = model.compute_output_spec(keras.tree.pack_sequence_as(structure, symbolic))
     output_names = _output_names(model, output_struct)
     output_dtypes = [keras.backend.standardize_dtype(t.dtype) for t in keras.tree.flatten(output_struct)]
-    return Signature(name, model, structure, input_names, specs, output_names, output_dtypes)
+    options = {n: bounds for n, bounds in model_options(model).items() if n in input_names}
+    return Signature(name, model, structure, input_names, specs, output_names, output_dtypes, options)

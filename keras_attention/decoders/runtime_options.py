@@ -1,0 +1,235 @@
+"""Decoding options set per request: the table, their checks and their broadcast.
+
+A `SearchDecoder` built with `runtime_options=("temperature", ...)` takes
+those options at call time (`options={"temperature": t}`), one value for
+every example or one per example, its constructor's values standing in for
+the ones not given. The same table drives the checks in Keras (on concrete
+values), in the exported SavedModel (assertions in the signature) and in
+ONNX serving (`run_onnx`, `keras-attention-serve`), so a bad value gets the
+same message everywhere, naming the option, the value and what was expected.
+
+A value fed at run time is `(n,)`: `n = 0` means the default (an exported
+signature cannot leave an input out, an empty tensor can stand for it),
+`n = 1` one value for every example, `n = batch` one per example.
+"""
+
+import dataclasses
+import numbers
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_attention import _checks
+
+__all__ = [
+    "FIXED_OPTIONS",
+    "RUNTIME_OPTIONS",
+    "RuntimeOption",
+    "broadcast_option",
+    "check_option_values",
+    "check_length_values",
+    "check_runtime_options",
+    "concrete_values",
+    "expectation",
+    "option_bounds",
+]
+
+_ALL = ("greedy", "sample", "beam")
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeOption:
+    """One option a request may set: its dtype, the methods that read it and its bounds."""
+
+    dtype: str
+    methods: tuple
+    minimum: float
+    strict: bool = False
+    maximum: object = None  # a number, "max_length" (the constructor's) or None
+    meaning: str = ""
+
+
+RUNTIME_OPTIONS = {
+    "max_length": RuntimeOption(
+        "int32", _ALL, 1, maximum="max_length", meaning="most tokens; at most the constructor's (the loop bound)"
+    ),
+    "min_length": RuntimeOption(
+        "int32", _ALL, 0, maximum="below max_length", meaning="the end token is forbidden before this many tokens"
+    ),
+    "length_penalty_weight": RuntimeOption("float32", ("beam",), 0, meaning="GNMT length penalty alpha"),
+    "coverage_penalty_weight": RuntimeOption("float32", ("beam",), 0, meaning="GNMT coverage penalty beta"),
+    "temperature": RuntimeOption("float32", ("sample",), 0, strict=True, meaning="sampling temperature"),
+    "top_k": RuntimeOption("int32", ("sample",), 0, meaning="keep the k most likely tokens (0: all)"),
+    "top_p": RuntimeOption("float32", ("sample",), 0, strict=True, maximum=1, meaning="nucleus mass"),
+    "seed": RuntimeOption(
+        "int32",
+        ("sample",),
+        0,
+        maximum=2**31 - 1,
+        meaning="the draws are a function of (seed, step, token); left out, example b uses seed + b",
+    ),
+    "repetition_penalty": RuntimeOption("float32", _ALL, 1, meaning="CTRL repetition penalty"),
+    "no_repeat_ngram_size": RuntimeOption("int32", _ALL, 0, meaning="no n-gram twice (0: none)"),
+}
+
+# Why the others cannot change per request.
+FIXED_OPTIONS = {
+    "beam_width": "the beams are the loop's tensor shapes",
+    "num_hypotheses": "it sets the outputs' shapes",
+    "method": "each method is another loop",
+    "max_length_ratio": "set `max_length` per request instead",
+    "max_length_offset": "set `max_length` per request instead",
+    "suppress_tokens": "the `allowed_tokens` input already restricts ids per example",
+    "early_stopping": "it changes the loop's condition",
+    "length_convention": "it changes the score's bookkeeping",
+    "return_alignments": "it sets the outputs",
+    "return_token_log_probs": "it sets the outputs",
+}
+
+
+def check_runtime_options(owner, names, method, seed):
+    """`names` as a tuple of option names the decoder's `method` reads."""
+    if names is None:
+        return ()
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise ValueError(
+            f"{_checks.owner_name(owner)}: `runtime_options` must be a list of option names "
+            f"(from {list(RUNTIME_OPTIONS)}); got {names!r}."
+        )
+    checked = []
+    for name in names:
+        if name in FIXED_OPTIONS:
+            raise ValueError(
+                f"{_checks.owner_name(owner)}: `runtime_options` names {name!r}, which cannot change at run "
+                f"time ({FIXED_OPTIONS[name]}); export one model per value."
+            )
+        if name not in RUNTIME_OPTIONS:
+            raise ValueError(
+                f"{_checks.owner_name(owner)}: `runtime_options` names an unknown option {name!r}; "
+                f"expected names from {list(RUNTIME_OPTIONS)}."
+            )
+        if method not in RUNTIME_OPTIONS[name].methods:
+            raise ValueError(
+                f"{_checks.owner_name(owner)}: `runtime_options` names {name!r}, which method={method!r} does "
+                f"not read (it is an option of {' and '.join(repr(m) for m in RUNTIME_OPTIONS[name].methods)})."
+            )
+        if name == "seed" and not _checks.is_int(seed):
+            raise ValueError(
+                f"{_checks.owner_name(owner)}: a run-time `seed` needs an integer `seed` (its default); "
+                f"got seed={seed!r}."
+            )
+        if name in checked:
+            raise ValueError(f"{_checks.owner_name(owner)}: `runtime_options` names {name!r} twice.")
+        checked.append(name)
+    return tuple(checked)
+
+
+def expectation(bounds):
+    """What a value of an option with these bounds must be, in words."""
+    low = bounds["minimum"]
+    high = bounds.get("maximum")
+    if bounds["dtype"].startswith("int"):
+        return f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
+    text = f"a finite number {'>' if bounds.get('strict') else '>='} {low:g}"
+    return text + (f" and <= {high:g}" if high is not None else "")
+
+
+def check_option_values(where, name, values, bounds, batch=None):
+    """`values` as a 1-D NumPy array of the option's dtype, or a ValueError
+    naming `where` (e.g. "input"), the option, the values and the bounds.
+
+    Scalars become one value; `batch` (when known) checks the count: 0 (the
+    default), 1 (every example) or one per example.
+    """
+    try:
+        array = np.asarray(values)
+    except ValueError:  # ragged nested lists
+        array = None
+    shown = np.asarray(values, dtype=object).tolist() if array is None else array.tolist()
+    if array is None or array.dtype.kind not in "iuf" or array.ndim > 1:
+        raise ValueError(
+            f"{where} `{name}` must be a number or a list of numbers (one for every example, or one per "
+            f"example); got {shown!r:.80}."
+        )
+    array = array.reshape(-1)
+    if batch is not None and array.size not in (0, 1, batch):
+        raise ValueError(
+            f"{where} `{name}` must hold 0 values (the default), 1 (every example) or {batch} (one per "
+            f"example, the batch); got {array.size}: {shown!r:.80}."
+        )
+    integer = bounds["dtype"].startswith("int")
+    valid = np.isfinite(array.astype(np.float64)) if array.size else np.ones(0, bool)
+    if integer:
+        valid &= array == np.round(array)
+    low, high = bounds["minimum"], bounds.get("maximum")
+    valid &= array > low if bounds.get("strict") else array >= low
+    if high is not None:
+        valid &= array <= high
+    if not valid.all():
+        raise ValueError(f"{where} `{name}` must be {expectation(bounds)}; got {shown!r:.80}.")
+    return array.astype(bounds["dtype"])
+
+
+def check_length_values(where, values, specs):
+    """With both lengths set per request: `min_length` below `max_length` for
+    every example (`values`: the checked arrays given, the rest defaults)."""
+    if "min_length" not in specs or "max_length" not in specs:
+        return  # the bounds of the one run-time length already say it
+
+    def rows(name):
+        value = values.get(name)
+        return np.asarray([specs[name]["default"]]) if value is None or value.size == 0 else value
+
+    low, high = rows("min_length"), rows("max_length")
+    if low.size == high.size or 1 in (low.size, high.size):
+        if np.any(low >= high):
+            raise ValueError(
+                f"{where} `min_length` must be below `max_length` (the end token needs a step); got "
+                f"min_length {low.tolist()} and max_length {high.tolist()}."
+            )
+
+
+def option_bounds(name, default, max_length):
+    """The JSON-able bounds of option `name` for a decoder of `max_length`,
+    with its default: what exports record and serving checks."""
+    option = RUNTIME_OPTIONS[name]
+    maximum = {"max_length": max_length, "below max_length": max_length - 1}.get(option.maximum, option.maximum)
+    return {
+        "dtype": option.dtype,
+        "default": default,
+        "minimum": option.minimum,
+        "strict": option.strict,
+        "maximum": maximum,
+    }
+
+
+def broadcast_option(value, default, batch, dtype):
+    """`(batch,)` values of an option: the defaults when `value` is None or
+    empty, its one value for every example, or its `batch` values.
+
+    `default`: one number, or `(batch,)` tensor of one per example."""
+    defaults = ops.full((batch,), default, dtype) if isinstance(default, numbers.Number) else default
+    if value is None:
+        return ops.cast(defaults, dtype)
+    value = ops.reshape(ops.cast(value, dtype), (-1,))
+    # [value ; defaults]: no value reads the defaults from 0 on, one value
+    # sits at 0 for every example, a batch of values fills 0..batch-1.
+    padded = ops.concatenate([value, ops.cast(defaults, dtype)], axis=0)
+    index = ops.where(ops.equal(ops.shape(value)[0], 1), 0, ops.arange(batch, dtype="int32"))
+    return ops.take(padded, index, axis=0)
+
+
+def concrete_values(value):
+    """A NumPy array of `value` when it is known now (an eager call), else None."""
+    if isinstance(value, (np.ndarray, numbers.Number, list, tuple)):
+        return np.asarray(value)
+    if isinstance(value, keras.KerasTensor):
+        return None
+    to_numpy = getattr(value, "numpy", None)
+    if callable(to_numpy):
+        try:
+            return np.asarray(to_numpy())
+        except (NotImplementedError, TypeError, ValueError, AttributeError):
+            return None
+    return None

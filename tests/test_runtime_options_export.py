@@ -1,0 +1,221 @@
+"""Run-time decoding options exported: SavedModel and ONNX signature inputs
+with defaults, in agreement with Keras for each option set to non-default
+values, their bad values refused where they are fed (ONNX serving, the
+SavedModel's assertions, the serve command)."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_attention as ka
+from keras_attention.export import export_model, run_onnx, translate_texts
+from keras_attention.export.serve_cli import main as serve
+from keras_attention.text import Vocabulary
+from tests.test_runtime_options import make_decoder
+
+VOCABULARY = 9
+
+# Per method: each option with non-default values for a batch of 3 (one
+# per example, or one for all).
+OPTIONS = {
+    "greedy": {
+        "max_length": [2, 5, 8],
+        "min_length": [0, 3, 6],
+        "repetition_penalty": 4.0,
+        "no_repeat_ngram_size": [1, 2, 0],
+    },
+    "sample": {
+        "max_length": [8, 3, 5],
+        "min_length": [5, 2, 0],
+        "temperature": [0.3, 2.0, 5.0],
+        "top_k": [1, 2, 0],
+        "top_p": [0.2, 0.5, 1.0],
+        "seed": [101, 102, 103],
+        "repetition_penalty": [3.0, 1.0, 8.0],
+        "no_repeat_ngram_size": 1,
+    },
+    "beam": {
+        "max_length": [2, 8, 4],
+        "min_length": [1, 6, 3],
+        "length_penalty_weight": [0.0, 4.0, 10.0],
+        "coverage_penalty_weight": [5.0, 0.0, 2.0],
+        "repetition_penalty": 4.0,
+        "no_repeat_ngram_size": [1, 2, 0],
+    },
+}
+
+
+# An untrained decoder is nearly uniform whatever its input: larger
+# embeddings, a sharper read-out and random biases (seeded per method: the
+# first seed under which every option of `OPTIONS` changes the ids) give it
+# sources that matter, ends at various steps and repetitions to block.
+BIAS_SEEDS = {"greedy": 3, "sample": 0, "beam": 3}
+
+
+def option_model(method, names=None, **constructor):
+    """source ids -> InferenceDecoder with `names` as run-time options."""
+    keras.utils.set_random_seed(0)
+    names = tuple(OPTIONS[method]) if names is None else names
+    source = keras.Input((None,), dtype="int32", name="source")
+    embedding = keras.layers.Embedding(VOCABULARY, 6, mask_zero=True)
+    decoder = make_decoder(names, method=method, beam_width=3, **{"seed": 0, **constructor})
+    options = decoder.option_inputs()
+    model = keras.Model({"source": source, **options}, decoder(embedding(source), options=options))
+    for layer in (embedding, decoder.embedding):
+        layer.set_weights([w * 10.0 for w in layer.get_weights()])
+    kernel, _ = decoder.output_layer.get_weights()
+    bias = np.random.default_rng(BIAS_SEEDS[method]).normal(0, 0.5, VOCABULARY) - 0.5 * (np.arange(VOCABULARY) == 2)
+    decoder.output_layer.set_weights([kernel * 6.0, bias])
+    return model, decoder
+
+
+def sources(batch=3, seed=1):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, VOCABULARY, size=(batch, 6)).astype("int32")
+    ids[1, 4:] = 0
+    return ids
+
+
+def keras_ids(model, decoder, batch):
+    """The Keras model's ids for a batch that may leave options out."""
+    feeds = {name: None for name in decoder.runtime_options}
+    feeds.update({k: np.asarray(v).reshape(-1) if k != "source" else v for k, v in batch.items()})
+    return np.asarray(model(feeds)["ids"])
+
+
+@pytest.mark.parametrize("method", list(OPTIONS))
+def test_each_option_agrees_in_keras_saved_model_and_onnx(method, tmp_path):
+    model, decoder = option_model(method)
+    source = sources()
+    batches = [{"source": source}] + [{"source": source, name: value} for name, value in OPTIONS[method].items()]
+    default = keras_ids(model, decoder, batches[0])
+    for batch in batches[1:]:
+        # A non-default value changes the result: the parity below is not that of the defaults.
+        assert not np.array_equal(keras_ids(model, decoder, batch), default), sorted(batch)
+    report = export_model(model, tmp_path / "export", sample_inputs=batches)
+    assert len(report.batches["serving_default"]) == len(batches)
+    for format in ("saved_model", "onnx"):
+        assert report.max_abs_diff(format, "ids") == 0 and report.max_abs_diff(format, "lengths") == 0
+        assert report.max_abs_diff(format, "scores") <= 1e-4
+    options = report.signatures["serving_default"]["options"]
+    assert set(options) == set(OPTIONS[method])
+    assert options["max_length"] == {"dtype": "int32", "default": 8, "minimum": 1, "strict": False, "maximum": 8}
+    # Served with every option at once, and with none (the defaults of the export).
+    everything = {"source": source, **OPTIONS[method]}
+    np.testing.assert_array_equal(
+        run_onnx(tmp_path / "export", everything)["outputs"]["ids"], keras_ids(model, decoder, everything)
+    )
+    np.testing.assert_array_equal(run_onnx(tmp_path / "export", {"source": source})["outputs"]["ids"], default)
+
+
+def test_the_ensemble_exports_its_runtime_options(tmp_path):
+    keras.utils.set_random_seed(0)
+    source = keras.Input((None,), dtype="int32", name="source")
+    memory = keras.layers.Embedding(VOCABULARY, 6, mask_zero=True)(source)
+    ensemble = ka.EnsembleDecoder(
+        [make_decoder(), make_decoder()],
+        method="beam",
+        beam_width=3,
+        runtime_options=("max_length", "length_penalty_weight"),
+    )
+    options = ensemble.option_inputs()
+    model = keras.Model({"source": source, **options}, ensemble([memory, memory], options=options))
+    batch = {"source": sources(), "max_length": [3, 8, 6], "length_penalty_weight": 2.0}
+    report = export_model(model, tmp_path / "export", sample_inputs=[batch])
+    assert report.max_abs_diff("onnx", "ids") == 0 and report.max_abs_diff("saved_model", "ids") == 0
+    ids = run_onnx(tmp_path / "export", batch)["outputs"]["ids"]
+    assert (ids[0, :, 3:] == 2).all() and (ids[2, :, 6:] == 2).all()
+
+
+@pytest.fixture(scope="module")
+def sample_export(tmp_path_factory):
+    """A sampling decoder with every sampling option at run time, exported with a vocabulary."""
+    model, decoder = option_model("sample", ("max_length", "min_length", "temperature", "top_k", "top_p", "seed"))
+    characters = Vocabulary(["<pad>", *"abcdefgh"])
+    target = Vocabulary(["<pad>", "<start>", "<end>", *"abcdef"], start_token="<start>", end_token="<end>")
+    vocabulary = {"source": characters, "target": target}
+    directory = tmp_path_factory.mktemp("runtime") / "export"
+    export_model(model, directory, vocabulary=vocabulary, quantize="int8")
+    return directory, model, decoder
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"temperature": 0.0}, r"input `temperature` must be a finite number > 0; got 0.0"),
+        ({"top_p": [0.5, 1.5, 0.5]}, r"input `top_p` must be a finite number > 0 and <= 1; got \[0.5, 1.5, 0.5\]"),
+        ({"top_k": -1}, r"input `top_k` must be an integer >= 0; got -1"),
+        ({"max_length": 9}, r"input `max_length` must be an integer from 1 to 8; got 9"),
+        ({"max_length": 1.5}, r"input `max_length` must be an integer from 1 to 8; got 1.5"),
+        ({"min_length": 4, "max_length": [8, 4, 8]}, r"input `min_length` must be below `max_length`"),
+        ({"seed": [1, 2]}, r"input `seed` must hold 0 values \(the default\), 1 \(every example\) or 3"),
+        ({"seed": "abc"}, r"input `seed` must be a number or a list of numbers"),
+        ({"length_penalty_weight": 1.0}, r"the model has no run-time option 'length_penalty_weight'; its options"),
+    ],
+)
+def test_onnx_serving_names_a_bad_option_value(sample_export, options, message):
+    directory, _, _ = sample_export
+    with pytest.raises(ValueError, match=message):
+        run_onnx(directory, {"source": sources(), **options})
+
+
+def test_the_saved_model_asserts_its_option_inputs(sample_export):
+    directory, model, decoder = sample_export
+    function = tf.saved_model.load(str(directory / "saved_model")).signatures["serving_default"]
+    feeds = {name: tf.zeros((0,), spec["dtype"]) for name, spec in decoder.option_specs().items()}
+    feeds["source"] = tf.constant(sources())
+    # Empty options are the defaults, as in Keras with the options left out.
+    np.testing.assert_array_equal(function(**feeds)["ids"].numpy(), keras_ids(model, decoder, {"source": sources()}))
+    for name, value, message in [
+        ("top_p", [2.0], r"input `top_p` must be a finite number > 0 and <= 1; got\] \[2\]"),
+        ("max_length", [0], r"input `max_length` must be an integer from 1 to 8; got\] \[0\]"),
+        ("seed", [1, 2], r"input `seed` must hold 0 values \(the default\), 1 \(every example\) or one per example"),
+    ]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            function(**{**feeds, name: tf.constant(value, feeds[name].dtype)})
+    bad_lengths = {**feeds, "min_length": tf.constant([5]), "max_length": tf.constant([5])}
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"input `min_length` must be below `max_length`"):
+        function(**bad_lengths)
+
+
+def test_serve_flags_set_the_options(sample_export, capsys):
+    directory, model, decoder = sample_export
+    inputs = json.dumps({"source": ["abc", "hgfed"]})
+    flags = ["--temperature", "3.0", "--top-k", "3", "--seed", "7", "--max-length", "5"]
+    assert serve([str(directory), "--inputs", inputs, "--runs", "0", "--json", "--all-outputs", *flags]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    want = run_onnx(directory, {"source": ["abc", "hgfed"], "temperature": 3.0, "top_k": 3, "seed": 7, "max_length": 5})
+    np.testing.assert_array_equal(printed["outputs"]["ids"], want["outputs"]["ids"])
+    assert [row["text"] for row in printed["translations"]] == want["text"]["ids"]
+    assert all(length <= 5 for length in printed["outputs"]["lengths"])
+    for argv, message in [
+        (["--top-p", "0"], "error: input `top_p` must be a finite number > 0 and <= 1; got 0.0."),
+        (["--repetition-penalty", "2"], "error: the model has no run-time option 'repetition_penalty'"),
+    ]:
+        assert serve([str(directory), "--inputs", inputs, "--runs", "0", *argv]) == 1
+        assert capsys.readouterr().err.startswith(message)
+    # The int8 copy keeps its options, defaults and checks.
+    argv = [str(directory), "--inputs", inputs, "--runs", "0", "--json", "--all-outputs", "--precision", "int8"]
+    assert serve([*argv, "--max-length", "3"]) == 0
+    assert max(json.loads(capsys.readouterr().out)["outputs"]["lengths"]) <= 3
+    assert serve([*argv, "--max-length", "0"]) == 1
+    assert "input `max_length` must be an integer from 1 to 8; got 0" in capsys.readouterr().err
+    twice = json.dumps({"source": ["abc"], "seed": 3})
+    assert serve([str(directory), "--inputs", twice, "--runs", "0", "--seed", "4"]) == 1
+    assert "['seed'] given both in the inputs and as flags" in capsys.readouterr().err
+
+
+def test_texts_are_decoded_with_the_options(sample_export, tmp_path, capsys):
+    directory, _, _ = sample_export
+    words = ["abc", "hgfed", "a", "bbbbbb"]
+    short = translate_texts(directory, words, options={"max_length": 2, "seed": 5})
+    full = translate_texts(directory, words, options={"seed": 5})
+    assert all(len(text) <= 2 for text in short) and any(len(text) > 2 for text in full)
+    (tmp_path / "words.txt").write_text("\n".join(words))
+    assert serve([str(directory), "--texts", str(tmp_path / "words.txt"), "--max-length", "2", "--seed", "5"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{w}\t{t}" for w, t in zip(words, short)]
+    with pytest.raises(ValueError, match=r"`options`: `seed` must be one value for every text"):
+        translate_texts(directory, words, options={"seed": [1, 2, 3, 4]})
