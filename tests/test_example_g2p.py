@@ -9,6 +9,7 @@ from tests import examples
 
 G2P = examples.EXAMPLES / "g2p"
 data = examples.load("data", G2P)
+phones = examples.load("phones", G2P)
 
 
 def run(*arguments, timeout=1200):
@@ -91,14 +92,40 @@ def test_serve_command_pronounces_a_word_list(cmudict_smoke, tmp_path):
 
 
 def test_sigmorphon_smoke_runs_two_languages_with_the_decoder_without_input_feeding(tmp_path):
-    # The decoder without input feeding (one LSTM pass, one attention call) learns too.
-    run("sigmorphon", "--smoke", "--languages", "hun", "kor", "--decoder", "luong", "--out", tmp_path)
+    # The decoder without input feeding (one LSTM pass, one attention call)
+    # learns too, writing the phones' characters (scored as phones).
+    run(
+        "sigmorphon",
+        *("--smoke", "--languages", "hun", "kor", "--decoder", "luong", "--phone-symbols", "characters"),
+        *("--out", tmp_path),
+    )
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["languages"]) == {"hun", "kor"}
     for language, entry in results["languages"].items():
         assert entry["baseline_test_wer"] == data.SIGMORPHON_BASELINE[language]
         assert entry["test_wer"] <= 10.0, (language, entry["test_wer"])
         assert entry["details"]["model"]["decoder"] == "luong"
+        assert entry["details"]["model"]["phone_symbols"] == "characters"
+
+
+def test_phone_characters_come_back_as_the_phones():
+    cases = {
+        "ǎː t͡s": ["a", "\u030c", "ː", "t", "\u0361", "s"],  # accent and length on one vowel; a tie bar
+        "t͡ɕʰ a": ["t", "\u0361", "ɕ", "ʰ", "a"],  # an aspirated affricate
+        "t ɕ": ["t", "ɕ"],  # two phones stay two
+        "a ˧˦ ŋ ˦ˀ˥": ["a", "˧", "˦", "ŋ", "˦", "ˀ", "˥"],  # Vietnamese tones: one phone each
+    }
+    for text, chars in cases.items():
+        assert phones.to_characters(text.split()) == chars
+        assert phones.from_characters(chars) == text.split()
+    for language in data.MEDIUM_LANGUAGES:  # every pronunciation of every file comes back
+        split = data.sigmorphon_split(language)
+        assert not any(phones.round_trips(split[side]) for side in split), language
+    vocabulary = phones.PhoneCharacters.build(["ǎ b", "t͡s ěː"], start_token="<s>", end_token="</s>")
+    assert "ǎ" not in vocabulary.tokens and "\u030c" in vocabulary.tokens  # the caron is its own symbol
+    ids = vocabulary.encode(["ǎː t͡s", "b"], add_end=True)
+    assert vocabulary.decode(ids) == [["ǎː", "t͡s"], ["b"]]
+    assert vocabulary.decode(ids[:, None]) == [[["ǎː", "t͡s"]], [["b"]]]  # beams: (B, K, L)
 
 
 def test_sigmorphon_files_are_shipped_with_their_attribution():

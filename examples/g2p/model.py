@@ -39,9 +39,15 @@ class ModelConfig:
     # one attention call over every step (no input feeding), which
     # AttentionDecoder trains without a per-step loop of attention.
     decoder: str = "input_feeding"
+    # The decoder's symbols: "phones" (one per phone) or "characters" (the
+    # NFD characters of each phone: a base letter and its marks; phones.py).
+    phone_symbols: str = "phones"
 
 
 DECODERS = ("input_feeding", "luong")
+PHONE_SYMBOLS = ("phones", "characters")
+# The options of ModelConfig that take one of a few values.
+CHOICES = {"decoder": DECODERS, "phone_symbols": PHONE_SYMBOLS}
 
 
 def decoder_cell(config):

@@ -35,7 +35,7 @@ def teacher_forcing_data(lexicon, letters, phones):
     for word, options in lexicon.items():
         for pronunciation in options:
             words.append(letters.encode_one(word))
-            ids = [phones.token_to_id(p) for p in pronunciation]
+            ids = phones.encode_one(" ".join(pronunciation))
             decoder_inputs.append([phones.start_id] + ids)
             targets.append(ids + [phones.end_id])
     return (words, decoder_inputs), targets
@@ -45,9 +45,10 @@ class DevEvaluation(keras.callbacks.Callback):
     """Greedy WER/PER on the dev words after each epoch (`dev_wer`, `dev_per` in
     the logs); keeps the weights of the best epoch in `path`."""
 
-    def __init__(self, greedy, lexicon, letters, phones, path):
+    def __init__(self, greedy, lexicon, letters, phones, path, label=""):
         super().__init__()
         self.greedy, self.lexicon, self.letters, self.phones, self.path = greedy, lexicon, letters, phones, path
+        self.label = label
         self.best = float("inf")
         self.history = []
 
@@ -62,8 +63,12 @@ class DevEvaluation(keras.callbacks.Callback):
         self.history.append(
             {"epoch": epoch + 1, "dev_wer": rates["wer"], "dev_per": rates["per"], "loss": logs.get("loss")}
         )
+        # With a label (models training side by side, no progress bar) a
+        # whole line; else the end of Keras's line for the epoch.
+        lead = f"{self.label} epoch {epoch + 1}: loss {logs.get('loss', float('nan')):.4f}," if self.label else " -"
         print(
-            f" - dev WER {rates['wer']:.2f}% PER {rates['per']:.2f}% ({time.perf_counter() - begin:.0f} s)", flush=True
+            f"{lead} dev WER {rates['wer']:.2f}% PER {rates['per']:.2f}% ({time.perf_counter() - begin:.0f} s)",
+            flush=True,
         )
 
 
@@ -85,10 +90,11 @@ class EpochClock(keras.callbacks.Callback):
         self.elapsed.append(self.seconds)
 
 
-def train(trainer, greedy, data, letters, phones, config, out, verbose=None):
+def train(trainer, greedy, data, letters, phones, config, out, verbose=None, label=""):
     """Fit `trainer` on data["train"], selecting on data["dev"]; returns the
     per-epoch history. The best epoch's (averaged) weights are left in the
-    models; a killed run resumes from `out/backup`."""
+    models; a killed run resumes from `out/backup`. With a `label`, one line
+    per epoch names it (for models training side by side)."""
     inputs, targets = teacher_forcing_data(data["train"], letters, phones)
     # The read-out is a Sequential, which drops the Keras mask: weigh the
     # loss by the real target steps instead.
@@ -107,15 +113,15 @@ def train(trainer, greedy, data, letters, phones, config, out, verbose=None):
     trainer.compile(optimizer, ka.SequenceLoss(label_smoothing=config.label_smoothing), jit_compile=config.jit)
     best_path = os.path.join(out, "best.weights.h5")
     clock = EpochClock()
-    evaluation = DevEvaluation(greedy, data["dev"], letters, phones, best_path)
+    evaluation = DevEvaluation(greedy, data["dev"], letters, phones, best_path, label)
     callbacks = [keras.callbacks.BackupAndRestore(os.path.join(out, "backup")), clock]
     if config.ema_epochs:
         # After BackupAndRestore (which saves the raw weights), before the
         # evaluation (which scores the averaged ones).
         callbacks.append(keras.callbacks.SwapEMAWeights(swap_on_epoch=True))
     callbacks += [evaluation, keras.callbacks.EarlyStopping("dev_wer", patience=config.patience, mode="min")]
-    if verbose is None:  # a progress bar in a terminal, a line per epoch in a log
-        verbose = 1 if sys.stdout.isatty() else 2
+    if verbose is None:  # a progress bar in a terminal, a line per epoch in a log, the evaluation's with a label
+        verbose = 0 if label else 1 if sys.stdout.isatty() else 2
     trainer.fit(batches, epochs=config.epochs, callbacks=callbacks, verbose=verbose)
     if os.path.exists(best_path):
         trainer.load_weights(best_path)
