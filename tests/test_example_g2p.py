@@ -49,7 +49,11 @@ def test_smoke_model_memorises_its_fifty_words_and_exports_with_parity(cmudict_s
     assert 0.0 <= ours["per"] <= ours["wer"]
     assert ours["history"] and ours["history"][-1]["train_seconds"] > 0
     assert ours["ensemble"] == 2 and [member["seed"] for member in ours["members"]] == [0, 1]
-    assert ours["train_seconds"] == pytest.approx(sum(member["train_seconds"] for member in ours["members"]), abs=0.2)
+    member_seconds = [member["train_seconds"] for member in ours["members"]]
+    if ours["jobs"] == 1:  # one after the other: the members' times add up
+        assert ours["train_seconds"] == pytest.approx(sum(member_seconds), abs=0.2)
+    else:  # side by side: the wall time spans the slowest member, and the pool's start-up
+        assert max(member_seconds) - 0.2 <= ours["train_seconds"] <= sum(member_seconds) + 60
     for number, member in enumerate(ours["members"]):
         for name in ("g2p_trainer.keras", "history.json", "best.weights.h5"):
             assert (out / f"member_{number}" / name).stat().st_size > 0, (number, name)

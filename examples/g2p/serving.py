@@ -2,6 +2,7 @@
 
     python examples/g2p/serving.py runs/g2p_cmudict_big [--beam-widths 1 2 3 5] [--batch-size 256]
         [--results results/g2p_cmudict_serving.json] [--limit N] [--phonetisaurus-model MODEL.fst] [--int8]
+        [--members N]
 
 For each beam width the run's trained weights (each model's, for an
 ensemble) are rebuilt into a beam model
@@ -14,6 +15,9 @@ pronunciations are compared with Keras's word for word. Phonetisaurus, from
 the model a CMUdict training run trains beside ours, is scored and timed on
 the same words in the same run (without it, its figures are read from
 `--peer`).
+
+An ensemble run is served whole, or its first N models with --members N
+(1: one model alone, the cheaper point of the trade-off).
 
 With --int8 each width is also exported with int8 weights (onnxruntime's
 dynamic quantization) and served the same way: its accuracy is scored from
@@ -56,6 +60,11 @@ def parse_args(argv=None):
     parser.add_argument("--results", help="also write the results JSON here")
     parser.add_argument("--int8", action="store_true", help="also serve an int8-quantized copy of each width")
     parser.add_argument("--limit", type=int, help="only the first N test words (alphabetically): a quick check")
+    parser.add_argument(
+        "--members",
+        type=int,
+        help="an ensemble run: serve its first N models only (1: the first model alone); default all",
+    )
     args = parser.parse_args(argv)
     if any(width < 1 for width in args.beam_widths):
         parser.error(f"argument --beam-widths: expected integers >= 1, got {args.beam_widths}")
@@ -65,7 +74,12 @@ def parse_args(argv=None):
         parser.error(f"argument --batch-size: expected an integer >= 1, got {args.batch_size}")
     if not (Path(args.run) / "results.json").is_file():
         parser.error(f"argument run: {args.run!r} has no results.json (is it a finished CMUdict training run?)")
+    if args.members is not None and args.members < 1:
+        parser.error(f"argument --members: expected an integer >= 1, got {args.members}")
     trained = json.loads((Path(args.run) / "results.json").read_text())
+    size = trained.get("ours", {}).get("ensemble", 1)
+    if args.members is not None and args.members > size:
+        parser.error(f"argument --members: the run has {size} model(s); got {args.members}")
     for path in trainer_paths(args.run, trained):
         if not path.is_file():
             parser.error(
@@ -158,7 +172,8 @@ def study(args):
         letters, phones = vocabularies(split["train"])
     else:
         letters, phones = vocabulary["source"], vocabulary["target"]
-    trained_weights = [keras.saving.load_model(path).get_weights() for path in trainer_paths(run, trained)]
+    paths = trainer_paths(run, trained)[: args.members]
+    trained_weights = [keras.saving.load_model(path).get_weights() for path in paths]
     words = sorted(split["test"])[: args.limit]
     test = {word: split["test"][word] for word in words}
     rows = []
@@ -171,7 +186,7 @@ def study(args):
         begin = time.perf_counter()
         rates, _ = score(beam, test, letters, phones)
         keras_rate = len(words) / (time.perf_counter() - begin)
-        directory = run / f"serve_beam{width}"
+        directory = run / (f"serve_beam{width}" + (f"_members{len(paths)}" if args.members else ""))
         sample = [{"letters": words[:16]}, {"letters": words[16:19]}]
         ka.export_model(
             {"pronounce": beam},
@@ -227,6 +242,7 @@ def study(args):
         peer = json.loads(Path(args.peer).read_text()).get("phonetisaurus") if Path(args.peer).is_file() else None
     return {
         "run": str(run),
+        "members": len(paths),
         "test_words": len(words),
         "batch_size": args.batch_size,
         "widths": rows,

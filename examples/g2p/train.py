@@ -43,10 +43,15 @@ import keras_attention as ka
 from keras_attention.text import Vocabulary
 
 SMOKE_WORDS = 50
+# CMUdict (117,109 training words): two models without input feeding, a
+# 2x192 BiLSTM encoder and a 384-unit decoder each, trained side by side
+# within 30 minutes on 2 cores, pronouncing together.
+CMUDICT = dict(decoder="luong", encoder_units=192, decoder_units=384, epochs=10)
+CMUDICT_ENSEMBLE = 2
 # Models per SIGMORPHON language, pronouncing together (--ensemble): the
 # task's baseline is an ensemble too. Two at a time (--jobs), four train in
 # about the time two take one after the other.
-SIGMORPHON_ENSEMBLE = 4
+SIGMORPHON_ENSEMBLE = 2
 
 
 def parse_args(argv=None):
@@ -67,8 +72,8 @@ def parse_args(argv=None):
         type=int,
         default=None,
         help="train this many models (seeds seed, seed + 1, ...) and pronounce with all of them "
-        "(EnsembleDecoder: their phone probabilities averaged at every step); default 1 for CMUdict, "
-        f"{SIGMORPHON_ENSEMBLE} for SIGMORPHON",
+        "(EnsembleDecoder: their phone probabilities averaged at every step); default "
+        f"{CMUDICT_ENSEMBLE} for CMUdict, {SIGMORPHON_ENSEMBLE} for SIGMORPHON, 1 with --smoke",
     )
     parser.add_argument(
         "--jobs",
@@ -97,7 +102,7 @@ def parse_args(argv=None):
     if args.jobs < 1:
         parser.error(f"argument --jobs: expected an integer >= 1, got {args.jobs}")
     if args.ensemble is None:
-        args.ensemble = SIGMORPHON_ENSEMBLE if args.dataset == "sigmorphon" and not args.smoke else 1
+        args.ensemble = 1 if args.smoke else SIGMORPHON_ENSEMBLE if args.dataset == "sigmorphon" else CMUDICT_ENSEMBLE
     if args.out is None:
         args.out = f"runs/g2p_{args.dataset}" + ("_smoke" if args.smoke else "")
     return args
@@ -143,7 +148,7 @@ SMOKE = dict(
 # The decoder without input feeding trains faster and was as accurate or
 # better (fre: 8.20 against 9.10 test WER, single models).
 SIGMORPHON = dict(
-    encoder_units=128, batch_size=64, dropout=0.3, epochs=18, patience=6, normalization="NFD", decoder="luong"
+    encoder_units=128, batch_size=64, dropout=0.3, epochs=20, patience=6, normalization="NFD", decoder="luong"
 )
 # The high subtask (eng_us, 33,344 words) is a quarter of CMUdict: its settings.
 SIGMORPHON_HIGH = dict(batch_size=128, dropout=0.2, epochs=12, patience=4, normalization="NFD", decoder="luong")
@@ -321,7 +326,7 @@ def run_cmudict(args):
         words = data.subset(split["train"], SMOKE_WORDS)
         split = {"train": words, "dev": words, "test": words}
     results, (trainer, greedy, beam, letters, phones) = train_language(
-        "cmudict", split, args, args.out, **(SMOKE if args.smoke else {})
+        "cmudict", split, args, args.out, **(SMOKE if args.smoke else CMUDICT)
     )
     test_words = sorted(split["test"])
     results["plots"] = plot_alignments(
