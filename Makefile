@@ -43,21 +43,26 @@ demo: $(VENV)/.installed-onnx,plot
 	    --inputs '{"source": ["tuesday 3 march 2015", "3/3/15", "Mar 3, 2015", "03.03.2015", "the 1st of may 1999"]}'
 
 # Grapheme-to-phoneme on real data (CMUdict beside Phonetisaurus, SIGMORPHON
-# 2021 medium and eng_us): the full trainings behind the README's "Results
-# on real data" table, which is regenerated from their results files. Hours on
-# 2 CPU cores; each command resumes where a killed run stopped.
+# 2021 medium and eng_us) and the CMUdict model's serving studies (the
+# ensemble, then one of its models alone, float32 and int8): the runs behind
+# the README's "Results on real data", whose tables are regenerated from
+# their results files. About 1.5 hours on 2 CPU cores; each training resumes
+# where a killed run stopped.
 g2p: $(VENV)/.installed-g2p
 	$(BIN)/python examples/g2p/train.py cmudict --out runs/g2p_cmudict --results results/g2p_cmudict.json
+	$(BIN)/python examples/g2p/serving.py runs/g2p_cmudict --beam-widths 1 2 5 --int8 \
+	    --results results/g2p_cmudict_serving.json
+	$(BIN)/python examples/g2p/serving.py runs/g2p_cmudict --members 1 --beam-widths 1 2 5 --int8 \
+	    --results results/g2p_cmudict_serving_one.json
 	$(BIN)/python examples/g2p/train.py sigmorphon --languages medium eng_us --out runs/g2p_sigmorphon \
 	    --results results/g2p_sigmorphon2021.json
 	$(BIN)/python examples/g2p/report.py
 
-# The larger CMUdict model (about 90 minutes on 2 cores) and its serving
-# study by beam width, timed beside Phonetisaurus (from `make g2p`'s run).
+# One CMUdict model of the default ensemble's size trained longer (about 90
+# minutes on 2 cores): the README's comparison row.
 g2p-large: $(VENV)/.installed-g2p
-	$(BIN)/python examples/g2p/train.py cmudict --decoder luong --encoder-units 192 --decoder-units 384 \
-	    --epochs 16 --no-peer --no-export --out runs/g2p_cmudict_big --results results/g2p_cmudict_large.json
-	$(BIN)/python examples/g2p/serving.py runs/g2p_cmudict_big --results results/g2p_cmudict_serving.json
+	$(BIN)/python examples/g2p/train.py cmudict --ensemble 1 --epochs 16 --no-peer --no-export \
+	    --out runs/g2p_cmudict_big --results results/g2p_cmudict_large.json
 	$(BIN)/python examples/g2p/report.py
 
 # A quick tour: one small model per attention layer, with heat-maps.

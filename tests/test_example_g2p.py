@@ -187,6 +187,31 @@ def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smok
     assert "| 3 | " in table and "| 3, int8 | " in table and "| Phonetisaurus |" in table
 
 
+def test_serving_study_serves_the_first_models_of_an_ensemble_alone(cmudict_smoke, tmp_path):
+    out, results, _ = cmudict_smoke
+    examples.run(
+        G2P / "serving.py",
+        out,
+        *("--members", 1, "--beam-widths", 2, "--limit", 20, "--batch-size", 16),
+        # No peer here: nothing to time it from.
+        *("--phonetisaurus-model", tmp_path / "none.fst", "--peer", tmp_path / "none.json"),
+        *("--results", tmp_path / "one.json"),
+        timeout=1200,
+    )
+    document = json.loads((tmp_path / "one.json").read_text())
+    assert document["members"] == 1 and document["phonetisaurus"] is None
+    (row,) = document["widths"]
+    assert row["same_as_keras"] == 1.0 and 0.0 <= row["per"] <= row["wer"] <= 100.0
+    # Beside the whole ensemble's export, not over it.
+    assert (out / "serve_beam2_members1" / "pronounce.onnx").is_file()
+    report = examples.load("report", G2P)
+    assert "ensemble of" not in report.serving_table(document, results)
+    assert "ensemble of 2" in report.serving_table({**document, "members": 2}, results)
+    refused = examples.run(G2P / "serving.py", out, "--members", 3, check=False)
+    assert refused.returncode == 2 and "argument --members: the run has 2 model(s); got 3" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
 def test_serving_study_refuses_a_directory_that_is_not_a_run(tmp_path):
     completed = examples.run(G2P / "serving.py", tmp_path, check=False)
     assert completed.returncode == 2

@@ -4,10 +4,9 @@
     python examples/g2p/report.py --check  # exit 1 if README.md is out of date
 
 Reads results/g2p_cmudict.json, the optional other CMUdict runs in VARIANTS
-(the decoder without input feeding; a larger model trained longer) and
-results/g2p_sigmorphon2021.json (written by `train.py --results ...`), the
-large run's serving study results/g2p_cmudict_serving.json (`serving.py`),
-and replaces what stands between the two marker comments in README.md, so the table can only show measured figures.
+(one model trained longer) and results/g2p_sigmorphon2021.json (written by
+`train.py --results ...`), the default run's serving studies in SERVING
+(`serving.py`: the ensemble, and its first model alone), and replaces what stands between the two marker comments in README.md, so the table can only show measured figures.
 """
 
 import argparse
@@ -20,10 +19,14 @@ RESULTS = ROOT / "results"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- g2p-results:begin -->", "<!-- g2p-results:end -->"
 # Other runs of ours on the CMUdict split, each shown as one more row.
-VARIANTS = ("g2p_cmudict_luong.json", "g2p_cmudict_large.json")
-# The run whose serving by beam width `serving.py` measured.
-SERVING, SERVED_RUN = "g2p_cmudict_serving.json", "g2p_cmudict_large.json"
-INT8, INT8_RUN = "g2p_cmudict_int8.json", "g2p_cmudict.json"  # float32 and int8 side by side
+VARIANTS = ("g2p_cmudict_large.json",)
+# Serving studies (`serving.py`) of the default run, by beam width, float32
+# and int8: the whole ensemble, then its first model alone.
+SERVED_RUN = "g2p_cmudict.json"
+SERVING = (
+    ("g2p_cmudict_serving.json", "the default model above"),
+    ("g2p_cmudict_serving_one.json", "the first model of the default ensemble, alone"),
+)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import data
@@ -58,7 +61,8 @@ def cmudict_table(document, variants=()):
         "",
         "| system | WER | PER | training | words/s served |",
         "|---|---|---|---|---|",
-        f"| keras-attention, beam {ours['model']['beam_width']} (ONNX) | {mark(ours['wer'], peer and peer['wer'])} | "
+        f"| keras-attention, {_label(ours['model'], ours.get('ensemble', 1))}, beam {ours['model']['beam_width']} "
+        f"(ONNX) | {mark(ours['wer'], peer and peer['wer'])} | "
         f"{mark(ours['per'], peer and peer['per'])} | "
         f"{_minutes(ours['train_seconds'])}, {ours['epochs']} epochs | {ours['words_per_second']:,.0f} |",
         f"| keras-attention, greedy | {ours['wer_greedy']:.2f}% | {ours['per_greedy']:.2f}% | same model | "
@@ -67,7 +71,9 @@ def cmudict_table(document, variants=()):
     for variant in variants:
         other = variant["ours"]
         lines.append(
-            f"| keras-attention, {_label(other['model'])}, beam {other['model']['beam_width']} (Keras) | "
+            f"| keras-attention, {_label(other['model'], other.get('ensemble', 1))}"
+            + (", one model" if other.get("ensemble", 1) == 1 else "")
+            + f", beam {other['model']['beam_width']} (Keras) | "
             f"{mark(other['wer'], peer and peer['wer'])} | {mark(other['per'], peer and peer['per'])} | "
             f"{_minutes(other['train_seconds'])}, {other['epochs']} epochs | "
             f"{other['keras_beam_words_per_second']:,.0f} (Keras) |"
@@ -85,7 +91,10 @@ def cmudict_table(document, variants=()):
         f"{document['machine']['cores']} CPU cores; {document['date']}). The ONNX model decodes the same best "
         f"pronunciation as Keras for {ours['onnx_serving']['same_as_keras']:.2%} of the test words.",
         "",
-        "Dev WER (greedy) against training minutes: " + _curve(ours["history"]) + ".",
+        ("The first model's dev WER" if ours.get("ensemble", 1) > 1 else "Dev WER")
+        + " (greedy) against training minutes: "
+        + _curve(ours["history"])
+        + ".",
     ]
     for variant in variants:
         lines += [
@@ -98,12 +107,12 @@ def cmudict_table(document, variants=()):
     return "\n".join(lines)
 
 
-def serving_table(document, trained, which="the larger model above"):
+def serving_table(document, trained, which="the default model above"):
     """Accuracy and ONNX throughput of one trained run by beam width
     (`serving.py`), beside Phonetisaurus."""
     peer = document.get("phonetisaurus")
     lines = [
-        f"Serving {_label(trained['ours']['model'])} ({which}) through onnxruntime on "
+        f"Serving {_label(trained['ours']['model'], document.get('members', 1))} ({which}) through onnxruntime on "
         f"{document['machine']['cores']} CPU cores, by beam width "
         f"(batches of {document['batch_size']} words, early stopping, a fresh process):",
         "",
@@ -201,12 +210,11 @@ def render():
     variants = [document for document in map(_load, VARIANTS) if document]
     if cmudict:
         parts.append(cmudict_table(cmudict, variants))
-    serving, served_run = _load(SERVING), _load(SERVED_RUN)
-    if serving and served_run:
-        parts.append(serving_table(serving, served_run))
-    int8, int8_run = _load(INT8), _load(INT8_RUN)
-    if int8 and int8_run:
-        parts.append(serving_table(int8, int8_run, which="the default model, float32 and int8"))
+    served_run = _load(SERVED_RUN)
+    for name, which in SERVING:
+        serving = _load(name)
+        if serving and served_run:
+            parts.append(serving_table(serving, served_run, which))
     if sigmorphon:
         parts.append(sigmorphon_table(sigmorphon))
     return "\n\n".join(parts) if parts else "No results committed yet."
