@@ -75,8 +75,16 @@ def rewrite_config(source, target, edit):
             dst.writestr(item, data)
 
 
-def test_the_package_exports_both_decoders_and_the_stepwise_split():
-    assert decoders.__all__ == ["AttentionDecoder", "EnsembleDecoder", "InferenceDecoder", "stepwise_models"]
+def test_the_package_exports_the_decoders_and_the_stepwise_split():
+    assert decoders.__all__ == [
+        "AttentionDecoder",
+        "EnsembleDecoder",
+        "InferenceDecoder",
+        "ScheduledSamplingDecoder",
+        "stepwise_models",
+    ]
+    for name in decoders.__all__:
+        assert getattr(decoders, name) is getattr(ka, name), name
     assert decoders.stepwise_models is ka.stepwise_models
     assert decoders.AttentionDecoder is ka.AttentionDecoder
     assert decoders.InferenceDecoder is ka.InferenceDecoder
