@@ -64,7 +64,8 @@ def attention_layers_model():
 
 
 def decoder_models():
-    """Teacher-forced decoders for each cell, greedy / beam in-graph decoding and an ensemble of two."""
+    """Teacher-forced decoders for each cell and with scheduled sampling, greedy / beam in-graph decoding
+    and an ensemble of two."""
     source = keras.Input((None,), dtype="int32", name="source")
     target = keras.Input((None,), dtype="int32", name="target")
     memory = keras.layers.Embedding(VOCABULARY, DIM, mask_zero=True)(source)
@@ -80,8 +81,18 @@ def decoder_models():
         name: keras.layers.Identity(name=name)(ka.AttentionDecoder(cell)(embedding(target), memory))
         for name, cell in cells.items()
     }
-    teacher_forced = keras.Model([source, target], outputs, name="decoders")
     readout = keras.layers.Dense(VOCABULARY)
+    # Outside training (as exported) scheduled sampling is teacher forcing.
+    scheduled = ka.ScheduledSamplingDecoder(
+        ka.AttentionGRUCell(DIM, ka.AdditiveAttention(DIM)),
+        keras.layers.Embedding(VOCABULARY, DIM),
+        keras.layers.Dense(VOCABULARY),
+        sampling_probability=0.25,
+    )
+    outputs["ScheduledSamplingDecoder"] = keras.layers.Identity(name="ScheduledSamplingDecoder")(
+        scheduled(target, memory)
+    )
+    teacher_forced = keras.Model([source, target], outputs, name="decoders")
     searches = {
         method: keras.Model(
             source,
