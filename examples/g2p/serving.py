@@ -77,10 +77,10 @@ def parse_args(argv=None):
     if args.members is not None and args.members < 1:
         parser.error(f"argument --members: expected an integer >= 1, got {args.members}")
     trained = json.loads((Path(args.run) / "results.json").read_text())
-    size = trained.get("ours", {}).get("ensemble", 1)
-    if args.members is not None and args.members > size:
-        parser.error(f"argument --members: the run has {size} model(s); got {args.members}")
-    for path in trainer_paths(args.run, trained):
+    paths = trainer_paths(args.run, trained)
+    if args.members is not None and args.members > len(paths):
+        parser.error(f"argument --members: the run has {len(paths)} model(s); got {args.members}")
+    for path in paths:
         if not path.is_file():
             parser.error(
                 f"argument run: {args.run!r} has no {path.relative_to(args.run)} (a finished training run has)"

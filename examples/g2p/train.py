@@ -49,8 +49,8 @@ SMOKE_WORDS = 50
 CMUDICT = dict(decoder="luong", encoder_units=192, decoder_units=384, epochs=10)
 CMUDICT_ENSEMBLE = 2
 # Models per SIGMORPHON language, pronouncing together (--ensemble): the
-# task's baseline is an ensemble too. Two at a time (--jobs), four train in
-# about the time two take one after the other.
+# task's baseline is an ensemble too. Trained side by side (--jobs), two
+# take about the time of one; four were no better.
 SIGMORPHON_ENSEMBLE = 2
 
 
@@ -102,7 +102,8 @@ def parse_args(argv=None):
     if args.jobs < 1:
         parser.error(f"argument --jobs: expected an integer >= 1, got {args.jobs}")
     if args.ensemble is None:
-        args.ensemble = 1 if args.smoke else SIGMORPHON_ENSEMBLE if args.dataset == "sigmorphon" else CMUDICT_ENSEMBLE
+        default = {"cmudict": CMUDICT_ENSEMBLE, "sigmorphon": SIGMORPHON_ENSEMBLE}[args.dataset]
+        args.ensemble = 1 if args.smoke else default
     if args.out is None:
         args.out = f"runs/g2p_{args.dataset}" + ("_smoke" if args.smoke else "")
     return args
