@@ -169,6 +169,8 @@ def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smok
         assert row["same_as_keras"] == 1.0
         assert 0.0 <= row["per"] <= row["wer"] <= 100.0
         assert row["onnx_words_per_second"] > 0 and len(row["onnx_passes"]) == 3
+        # Matrix products are part, never all, of a profiled pass's time.
+        assert 0.0 < row["matmul_share"] < 1.0 and 0.0 < row["int8"]["matmul_share"] < 1.0
         assert (out / f"serve_beam{row['beam_width']}" / "pronounce.onnx").is_file()
         # The int8 copy is served and scored from what it served: where it
         # agrees with Keras on every word, its error rates are Keras's.
@@ -184,6 +186,7 @@ def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smok
     report = examples.load("report", G2P)
     table = report.serving_table(document, json.loads((out / "results.json").read_text()))
     assert table.count("\n| ") == 6  # the header, two widths, their int8 copies and Phonetisaurus
+    assert f"| {row['matmul_share']:.0%} |" in table
     assert "| 3 | " in table and "| 3, int8 | " in table and "| Phonetisaurus |" in table
 
 

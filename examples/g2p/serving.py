@@ -128,8 +128,47 @@ def throughput(directory, words_file, batch_size, precision="float32"):
         "words_per_second": round(statistics.median(rates), 1),
         "passes": [round(rate, 1) for rate in rates],
         "end_to_end_words_per_second": round(end_to_end, 1),
+        "matmul_share": matmul_share(Path(directory) / name, feeds),
         "ids": {words[i]: row for i, row in zip(order, best)},
     }
+
+
+# onnxruntime's matrix-product kernels, float and int8.
+MATMUL_OPS = {
+    "MatMul",
+    "Gemm",
+    "FusedMatMul",
+    "MatMulInteger",
+    "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul",
+    "QGemm",
+}
+
+
+def matmul_share(path, feeds):
+    """The fraction of one profiled pass over `feeds` that onnxruntime spends
+    in matrix products (its profiler's kernel times over the runs' wall
+    times): how much of a word's time is arithmetic rather than the decode
+    loop's other work."""
+    import onnxruntime
+
+    with tempfile.TemporaryDirectory() as scratch:
+        options = onnxruntime.SessionOptions()
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(scratch) / "profile")
+        session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        for feed in feeds:
+            session.run(["ids"], {"letters": feed})
+        events = json.loads(Path(session.end_profiling()).read_text())
+    runs = sum(event["dur"] for event in events if event.get("name") == "model_run")
+    products = sum(
+        event["dur"]
+        for event in events
+        if event.get("cat") == "Node"
+        and event["name"].endswith("_kernel_time")
+        and event.get("args", {}).get("op_name") in MATMUL_OPS
+    )
+    return round(products / runs, 3) if runs else None
 
 
 def _fresh_process_throughput(directory, words, batch_size, precision="float32"):
@@ -211,6 +250,7 @@ def study(args):
             "onnx_words_per_second": served["words_per_second"],
             "onnx_passes": served["passes"],
             "onnx_end_to_end_words_per_second": served["end_to_end_words_per_second"],
+            "matmul_share": served["matmul_share"],
             "same_as_keras": same / len(words),
         }
         if args.int8:
@@ -224,6 +264,7 @@ def study(args):
                 "onnx_words_per_second": quantized["words_per_second"],
                 "onnx_passes": quantized["passes"],
                 "onnx_end_to_end_words_per_second": quantized["end_to_end_words_per_second"],
+                "matmul_share": quantized["matmul_share"],
                 "same_as_keras": sum(keras_ids[word] == quantized["ids"][word] for word in words) / len(words),
                 "bytes": report["bytes"],
                 "float32_bytes": report["float32_bytes"],
