@@ -10,7 +10,7 @@ a mechanism is added to `layers/__init__.py` only; the cells, the losses, the
 models and the ops are picked by name below.
 """
 
-from keras_attention import batching, decoders, decoding, evaluation, layers, losses, models, ops, text
+from keras_attention import batching, decoders, decoding, evaluation, generated, layers, losses, models, ops, text
 from keras_attention.cells import AttentionGRUCell, AttentionLSTMCell, AttentionWrapper
 from keras_attention.decoders import *  # noqa: F403  (decoders.__all__)
 from keras_attention.export import export_model
@@ -33,6 +33,7 @@ __all__ = [
     "decoding",
     "evaluation",
     "export_model",
+    "generated",
     "losses",
     "masked_softmax",
     "models",

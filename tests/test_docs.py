@@ -44,6 +44,7 @@ def test_docstring_has_formula_paper_shapes_and_a_running_example(cls):
         keras_attention.plot_attention,
         keras_attention.text.Vocabulary,
         keras_attention.batching.LengthBucketedBatches,
+        keras_attention.generated.GeneratedBatches,
         keras_attention.evaluation.error_rates,
         keras_attention.decoding.constrained_step,
         keras_attention.decoding.relative_max_lengths,

@@ -61,6 +61,7 @@ SUBPACKAGES = [
     "keras_attention.text",
     "keras_attention.batching",
     "keras_attention.evaluation",
+    "keras_attention.generated",
 ]
 
 PACKAGE_DIR = Path(keras_attention.__file__).parent
@@ -68,7 +69,7 @@ ROOT = PACKAGE_DIR.parent
 
 
 # Added since, each deliberately.
-ADDED_NAMES = {"decoders", "stepwise_models", "EnsembleDecoder", "ScheduledSamplingDecoder"}
+ADDED_NAMES = {"decoders", "stepwise_models", "EnsembleDecoder", "ScheduledSamplingDecoder", "generated"}
 
 
 def test_the_public_set_is_the_one_before_plus_the_added_names():
