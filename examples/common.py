@@ -9,6 +9,7 @@ run resumes where it stopped), and ends with `write_results`.
 import argparse
 import json
 import os
+import platform
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -21,15 +22,16 @@ def parse_args(description, argv=None, extra=None, **defaults):
     """The options every example has; `defaults` sets the full-size values.
 
     `--smoke` switches to `smoke_*` defaults (seconds-long runs for the tests)
-    for whatever the command line does not set. `extra(parser)` adds an
-    example's own options.
+    for whatever the command line does not set; a default of None leaves the
+    option None unless given (the example then picks a value per task).
+    `extra(parser)` adds an example's own options.
     """
     parser = argparse.ArgumentParser(description=description)
     if extra is not None:
         extra(parser)
-    parser.add_argument("--epochs", type=int, help=f"training epochs (default {defaults['epochs']})")
-    parser.add_argument("--batch-size", type=int, help=f"batch size (default {defaults['batch_size']})")
-    parser.add_argument("--samples", type=int, help=f"training examples (default {defaults['samples']})")
+    parser.add_argument("--epochs", type=int, help=f"training epochs (default {_default(defaults, 'epochs')})")
+    parser.add_argument("--batch-size", type=int, help=f"batch size (default {_default(defaults, 'batch_size')})")
+    parser.add_argument("--samples", type=int, help=f"training examples (default {_default(defaults, 'samples')})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data and the weights")
     parser.add_argument("--out", default=defaults.get("out", "runs/example"), help="output directory")
     parser.add_argument("--smoke", action="store_true", help="a seconds-long run (used by the tests)")
@@ -46,9 +48,13 @@ def parse_args(description, argv=None, extra=None, **defaults):
     for name in ("epochs", "batch_size", "samples"):
         if getattr(args, name) is None:
             setattr(args, name, defaults.get(prefix + name, defaults[name]))
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
     return args
+
+
+def _default(defaults, name):
+    return "per task" if defaults[name] is None else defaults[name]
 
 
 def setup(args):
@@ -108,6 +114,19 @@ class Timer:
 
     def __exit__(self, *exc):
         self.seconds = time.perf_counter() - self.start
+
+
+def machine():
+    """Where a result was measured: the platform, cores and versions."""
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "gpus": len(tf.config.list_physical_devices("GPU")),
+    }
 
 
 def write_results(args, results):

@@ -22,18 +22,18 @@ import dataclasses
 import datetime
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # examples/, for common
 
-import keras
 import model as g2p_model
 import numpy as np
 import training
+from common import machine
 from members import member_directory, train_member, train_members
 from phones import PhoneCharacters
 from pronounce import score
@@ -165,20 +165,6 @@ def vocabularies(lexicon, normalization=None, phone_symbols="phones"):
         end_token="</s>",
     )
     return letters, phones
-
-
-def machine():
-    import tensorflow as tf
-
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "gpus": len(tf.config.list_physical_devices("GPU")),
-    }
 
 
 def plot_alignments(greedy, words, letters, phones, out, count=4):
