@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from keras_attention.evaluation import edit_distance, error_rates
+from keras_attention.evaluation import edit_distance, error_rates, sequence_log_likelihoods
 
 
 def brute_force_distance(a, b):
@@ -77,3 +77,41 @@ def test_brute_force_helper_is_exhaustive_on_a_known_case():
     assert all(
         brute_force_distance(list(p), list("xyz")) == edit_distance(p, "xyz") for p in itertools.permutations("xyz")
     )
+
+
+def test_sequence_log_likelihoods_equal_a_product_of_softmax_probabilities():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(3, 4, 5)) * 3
+    targets = np.array([[1, 4, 2, 0], [3, 0, 0, 0], [0, 0, 0, 0]])
+    expected = []
+    for row, ids in zip(logits, targets):
+        total = 0.0
+        for step, token in zip(row, ids):
+            if token != 0:
+                total += np.log(np.exp(step[token]) / np.exp(step).sum())
+        expected.append(total)
+    np.testing.assert_allclose(sequence_log_likelihoods(logits, targets), expected, rtol=1e-12)
+    assert sequence_log_likelihoods(logits, targets)[2] == 0.0  # all padding
+    # Another pad id leaves id 0 scored.
+    scored = sequence_log_likelihoods(logits[:1], np.array([[0, 1, 4, 4]]), pad_id=4)
+    manual = logits[0, 0, 0] - np.log(np.exp(logits[0, 0]).sum()) + logits[0, 1, 1] - np.log(np.exp(logits[0, 1]).sum())
+    np.testing.assert_allclose(scored, [manual], rtol=1e-12)
+
+
+def test_sequence_log_likelihoods_stay_finite_for_large_logits():
+    logits = np.array([[[1000.0, 0.0], [0.0, -1000.0]]], "float32")
+    np.testing.assert_allclose(sequence_log_likelihoods(logits, np.array([[1, 1]])), [-1000.0 - 1000.0], rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("logits_shape", "targets", "message"),
+    [
+        ((2, 3), np.zeros((2, 3), "int32"), "got shapes (2, 3) and (2, 3)"),
+        ((2, 3, 4), np.zeros((2, 2), "int32"), "got shapes (2, 3, 4) and (2, 2)"),
+        ((1, 2, 4), np.array([[1, 4]]), "`targets` must be ids in [0, 4); got values from 1 to 4"),
+    ],
+)
+def test_sequence_log_likelihoods_refuse_bad_shapes_and_ids(logits_shape, targets, message):
+    with pytest.raises(ValueError) as error:
+        sequence_log_likelihoods(np.zeros(logits_shape), targets)
+    assert message in str(error.value)

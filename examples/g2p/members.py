@@ -22,11 +22,16 @@ def member_directory(out, number):
     return os.path.join(out, f"member_{number}")
 
 
-def train_member(number, split, letters, phones, model_config, train_config, out, label=""):
-    """Train one model (seed `train_config.seed + number`) into `out`; its `Models` and results."""
+def train_member(number, split, letters, phones, model_config, train_config, out, label="", right_to_left=False):
+    """Train one model (seed `train_config.seed + number`) into `out`; its
+    `Models` and results. With `right_to_left` it learns (and is selected
+    on) the pronunciations reversed (bidirectional.py)."""
     import model as g2p_model
     import training
+    from bidirectional import reversed_split
 
+    if right_to_left:
+        split = reversed_split(split)
     seed = train_config.seed + number
     training.set_seed(seed)
     models = g2p_model.build_models(letters, phones, model_config)
@@ -38,6 +43,7 @@ def train_member(number, split, letters, phones, model_config, train_config, out
     models.trainer.save(os.path.join(out, "g2p_trainer.keras"))
     results = {
         "seed": seed,
+        "direction": "right-to-left" if right_to_left else "left-to-right",
         "epochs": len(history),
         "train_seconds": round(train_seconds, 1),
         "best_epoch": training.best_epoch(history),
@@ -46,8 +52,8 @@ def train_member(number, split, letters, phones, model_config, train_config, out
     return models, results
 
 
-def _train_in_this_process(number, split, letters, phones, model_config, train_config, out, label):
-    return train_member(number, split, letters, phones, model_config, train_config, out, label)[1]
+def _train_in_this_process(number, split, letters, phones, model_config, train_config, out, label, right_to_left):
+    return train_member(number, split, letters, phones, model_config, train_config, out, label, right_to_left)[1]
 
 
 @contextlib.contextmanager
@@ -65,12 +71,14 @@ def _threads(count):
                 os.environ[name] = value
 
 
-def train_members(count, split, letters, phones, model_config, train_config, out, jobs, name=""):
+def train_members(count, split, letters, phones, model_config, train_config, out, jobs, name="", directions=None):
     """Train `count` models into `out/member_<k>`, `jobs` at a time in their
     own processes; returns ([Models], [results], wall seconds). The Models
-    are rebuilt here with the trained weights."""
+    are rebuilt here with the trained weights. With `directions="both"` the
+    odd-numbered models learn the pronunciations reversed."""
     import keras
     import model as g2p_model
+    from bidirectional import reads_right_to_left
 
     begin = time.perf_counter()
     threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -87,6 +95,7 @@ def train_members(count, split, letters, phones, model_config, train_config, out
                 train_config,
                 member_directory(out, number),
                 f"{name} member {number}",
+                reads_right_to_left(number, directions),
             )
             for number in range(count)
         ]

@@ -33,6 +33,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # examples/, fo
 import model as g2p_model
 import numpy as np
 import training
+from bidirectional import DIRECTIONS, BidirectionalPronouncer, reads_right_to_left, reversed_split
 from common import machine
 from members import member_directory, train_member, train_members
 from phones import PhoneCharacters
@@ -40,6 +41,7 @@ from pronounce import score
 
 import data
 import keras_attention as ka
+from keras_attention.evaluation import error_rates
 from keras_attention.text import Vocabulary
 
 SMOKE_WORDS = 50
@@ -76,6 +78,13 @@ def parse_args(argv=None):
         f"{CMUDICT_ENSEMBLE} for CMUdict, {SIGMORPHON_ENSEMBLE} for SIGMORPHON, 1 with --smoke",
     )
     parser.add_argument(
+        "--directions",
+        choices=DIRECTIONS,
+        help="SIGMORPHON: 'both' trains every other model of the ensemble on reversed pronunciations and "
+        "pronounces by n-best rescoring with all of them (bidirectional.py); default both for SIGMORPHON "
+        "ensembles, left-to-right otherwise (CMUdict's pronouncer is one exported graph)",
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
         default=os.cpu_count() or 1,
@@ -104,6 +113,15 @@ def parse_args(argv=None):
     if args.ensemble is None:
         default = {"cmudict": CMUDICT_ENSEMBLE, "sigmorphon": SIGMORPHON_ENSEMBLE}[args.dataset]
         args.ensemble = 1 if args.smoke else default
+    if args.directions is None:
+        args.directions = "both" if args.dataset == "sigmorphon" and args.ensemble > 1 else "left-to-right"
+    if args.directions == "both" and args.dataset != "sigmorphon":
+        parser.error(
+            "argument --directions: 'both' is for SIGMORPHON (CMUdict's pronouncer is exported as one graph); "
+            "got both with cmudict"
+        )
+    if args.directions == "both" and args.ensemble < 2:
+        parser.error(f"argument --directions: 'both' needs --ensemble 2 or more; got --ensemble {args.ensemble}")
     if args.out is None:
         args.out = f"runs/g2p_{args.dataset}" + ("_smoke" if args.smoke else "")
     return args
@@ -193,28 +211,48 @@ def train_language(name, split, args, out, **defaults):
     )
     size = args.ensemble
     jobs = min(size, args.jobs)
+    directions = args.directions
     if jobs > 1:
         members, member_results, wall = train_members(
-            size, split, letters, phones, model_config, train_config, out, jobs, name
+            size, split, letters, phones, model_config, train_config, out, jobs, name, directions
         )
     else:
         members, member_results = [], []
         for number in range(size):
             member_out = out if size == 1 else member_directory(out, number)
-            models, member = train_member(number, split, letters, phones, model_config, train_config, member_out)
+            models, member = train_member(
+                number,
+                split,
+                letters,
+                phones,
+                model_config,
+                train_config,
+                member_out,
+                right_to_left=reads_right_to_left(number, directions),
+            )
             members.append(models)
             member_results.append(member)
+    backwards = [reads_right_to_left(number, directions) for number in range(size)]
     for number, (models, member) in enumerate(zip(members, member_results)):
         if size > 1:
-            member_dev, _ = score(models.greedy, split["dev"], letters, phones)
-            member_test, _ = score(models.beam, split["test"], letters, phones)
+            # A right-to-left model is scored on the reversed pronunciations it learnt.
+            own = reversed_split(split) if backwards[number] else split
+            member_dev, _ = score(models.greedy, own["dev"], letters, phones)
+            member_test, _ = score(models.beam, own["test"], letters, phones)
             member.update(dev_wer=member_dev["wer"], test_wer=member_test["wer"], test_per=member_test["per"])
             print(f"{name} member {number}: dev WER {member_dev['wer']:.2f}%, test WER {member_test['wer']:.2f}%")
-    if size == 1:
-        greedy, beam = members[0].greedy, members[0].beam
-    else:
-        greedy = g2p_model.build_ensemble(members, phones, model_config, "greedy", return_alignments=True)
-        beam = g2p_model.build_ensemble(members, phones, model_config, "beam")
+    forward = [models for models, back in zip(members, backwards) if not back]
+    backward = [models for models, back in zip(members, backwards) if back]
+    greedy, beam = together(forward, phones, model_config)
+    pronouncer = None
+    if backward:
+        pronouncer = BidirectionalPronouncer(
+            {"left-to-right": beam, "right-to-left": together(backward, phones, model_config)[1]},
+            [models.trainer for models in members],
+            backwards,
+            letters,
+            phones,
+        )
     first = member_results[0]
     results = {
         "train_words": len(split["train"]),
@@ -222,6 +260,7 @@ def train_language(name, split, args, out, **defaults):
         "test_words": len(split["test"]),
         "parameters": sum(models.trainer.count_params() for models in members),
         "ensemble": size,
+        "directions": directions,
         # One model's: the first (the curve is read from its history).
         "epochs": first["epochs"],
         "best_epoch": first["best_epoch"],
@@ -239,12 +278,22 @@ def train_language(name, split, args, out, **defaults):
     if size > 1:
         results["members"] = member_results
     dev_rates, _ = score(greedy, split["dev"], letters, phones)
+    if pronouncer is not None:
+        # The system's dev WER; the left-to-right models' greedy one beside it.
+        results["dev_wer_greedy"] = dev_rates["wer"]
+        words = list(split["dev"])
+        dev_rates = scored(pronouncer.pronounce(words), [split["dev"][word] for word in words])
     results["dev_wer"], results["dev_per"] = dev_rates["wer"], dev_rates["per"]
     begin = time.perf_counter()
     greedy_rates, _ = score(greedy, split["test"], letters, phones)
     results["greedy_words_per_second"] = round(len(split["test"]) / (time.perf_counter() - begin), 1)
     begin = time.perf_counter()
-    beam_rates, _ = score(beam, split["test"], letters, phones)
+    if pronouncer is None:
+        beam_rates, _ = score(beam, split["test"], letters, phones)
+    else:
+        words = list(split["test"])
+        beam_rates = scored(pronouncer.pronounce(words), [split["test"][word] for word in words])
+        results["left_to_right_wer"] = score(beam, split["test"], letters, phones)[0]["wer"]
     results["keras_beam_words_per_second"] = round(len(split["test"]) / (time.perf_counter() - begin), 1)
     results.update(
         wer=beam_rates["wer"], per=beam_rates["per"], wer_greedy=greedy_rates["wer"], per_greedy=greedy_rates["per"]
@@ -252,6 +301,8 @@ def train_language(name, split, args, out, **defaults):
     for model, kind in ((greedy, "greedy"), (beam, "beam")):
         model.save(os.path.join(out, f"g2p_{kind}.keras"))
     what = f"beam {model_config.beam_width}" + (f", ensemble of {size}" if size > 1 else "")
+    if pronouncer is not None:
+        what += f", both directions (left to right alone: {results['left_to_right_wer']:.2f}%)"
     print(
         f"{name}: test WER {results['wer']:.2f}% PER {results['per']:.2f}% ({what}); "
         f"greedy {results['wer_greedy']:.2f}% / {results['per_greedy']:.2f}%; dev WER {results['dev_wer']:.2f}%; "
@@ -259,6 +310,21 @@ def train_language(name, split, args, out, **defaults):
         flush=True,
     )
     return results, (members[0].trainer, greedy, beam, letters, phones)
+
+
+def together(members, phones, model_config):
+    """The greedy and beam models of one model, or of several pronouncing together."""
+    if len(members) == 1:
+        return members[0].greedy, members[0].beam
+    return (
+        g2p_model.build_ensemble(members, phones, model_config, "greedy", return_alignments=True),
+        g2p_model.build_ensemble(members, phones, model_config, "beam"),
+    )
+
+
+def scored(predictions, references):
+    rates = error_rates(predictions, references)
+    return {"wer": rates["sequence_error_rate"], "per": rates["token_error_rate"], "words": len(predictions)}
 
 
 def serve_onnx(directory, beam, words, letters, batch_size=256):
