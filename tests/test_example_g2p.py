@@ -3,8 +3,10 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from keras_attention.text import Vocabulary
 from tests import examples
 
 G2P = examples.EXAMPLES / "g2p"
@@ -110,6 +112,97 @@ def test_sigmorphon_smoke_runs_two_languages_with_the_decoder_without_input_feed
         assert entry["test_wer"] <= 10.0, (language, entry["test_wer"])
         assert entry["details"]["model"]["decoder"] == "luong"
         assert entry["details"]["model"]["phone_symbols"] == "characters"
+
+
+class _FixedBeam:
+    """A beam model whose n-best is given: `hypotheses[word]` = [(phones, score), ...]."""
+
+    def __init__(self, hypotheses, phones_vocabulary, width=3, length=6):
+        self.hypotheses, self.phones, self.width, self.length = hypotheses, phones_vocabulary, width, length
+        self.words = None
+
+    def predict_on_batch(self, letter_ids):
+        ids = np.zeros((len(self.words), self.width, self.length), "int32")
+        scores = np.full((len(self.words), self.width), -np.inf)
+        lengths = np.zeros((len(self.words), self.width), "int32")
+        for b, word in enumerate(self.words):
+            for k, (tokens, score) in enumerate(self.hypotheses[word]):
+                encoded = self.phones.encode_one(" ".join(tokens)) + [self.phones.end_id]
+                ids[b, k, : len(encoded)] = encoded
+                scores[b, k], lengths[b, k] = score, len(encoded)
+        return {"ids": ids, "scores": scores, "log_probs": scores, "lengths": lengths}
+
+
+class _TableTrainer:
+    """A teacher-forced model giving each (word, phones) pair the log-probability in `table`
+    (logits 0 everywhere but the target's at step 0, which carries the whole score)."""
+
+    def __init__(self, table, letters_vocabulary, phones_vocabulary):
+        self.table, self.letters, self.phones = table, letters_vocabulary, phones_vocabulary
+
+    def predict_on_batch(self, inputs):
+        letter_ids, previous = inputs
+        logits = np.zeros(previous.shape + (len(self.phones),))
+        for row in range(previous.shape[0]):
+            word = "".join(self.letters.decode(letter_ids[row : row + 1])[0])
+            ids = [int(i) for i in previous[row, 1:] if i != self.phones.pad_id]
+            tokens = tuple(self.phones.id_to_token(i) for i in ids)
+            target = (ids + [self.phones.end_id])[0]
+            # softmax over V logits with the target's at x: log p = x - log(e^x + V - 1).
+            wanted, others = self.table[(word, tokens)], len(self.phones) - 1
+            # Solve x - log(e^x + others) = wanted for x.
+            logits[row, 0, target] = wanted + np.log(others) - np.log1p(-np.exp(wanted))
+            logits[row, 1:, :] = -1e9
+            for step, token in enumerate(ids[1:] + [self.phones.end_id], start=1):
+                logits[row, step, token] = 0.0  # probability 1 after the first step
+        return logits
+
+
+def test_bidirectional_pronouncer_picks_the_best_mean_score_among_both_directions_proposals():
+    bidirectional = examples.load("bidirectional", G2P)
+    letters = Vocabulary.build(["ab", "ba"], unknown_token="<unk>")
+    phone_vocabulary = Vocabulary.build(["A B C"], separator=" ", start_token="<s>", end_token="</s>")
+    forward_beam = _FixedBeam({"ab": [(["A", "B"], -0.1), (["A", "C"], -2.0)], "ba": [(["B"], -0.5)]}, phone_vocabulary)
+    # The right-to-left beam proposes reversed pronunciations: C A is "A C", B B is "B B".
+    backward_beam = _FixedBeam(
+        {"ab": [(["C", "A"], -0.2)], "ba": [(["B", "B"], -0.3), (["B"], -0.4)]}, phone_vocabulary
+    )
+    forward = {("ab", ("A", "B")): -0.1, ("ab", ("A", "C")): -2.0, ("ba", ("B",)): -0.5, ("ba", ("B", "B")): -3.0}
+    # Read reversed: ("B", "A") is the forward pronunciation "A B".
+    backward = {("ab", ("B", "A")): -4.0, ("ab", ("C", "A")): -0.3, ("ba", ("B",)): -0.2, ("ba", ("B", "B")): -0.1}
+    pronouncer = bidirectional.BidirectionalPronouncer(
+        {"left-to-right": forward_beam, "right-to-left": backward_beam},
+        [_TableTrainer(forward, letters, phone_vocabulary), _TableTrainer(backward, letters, phone_vocabulary)],
+        [False, True],
+        letters,
+        phone_vocabulary,
+    )
+    words = ["ab", "ba"]
+    for beam in (forward_beam, backward_beam):
+        beam.words = words  # one batch, in this order (both have length 2)
+    assert pronouncer.proposals(words) == [[["A", "B"], ["A", "C"]], [["B"], ["B", "B"]]]
+    # ab: A B scores -0.1 - 4.0, A C -2.0 - 0.3: the backward model overrules the forward beam's best.
+    # ba: B scores -0.5 - 0.2, B B -3.0 - 0.1.
+    assert pronouncer.pronounce(words) == [["A", "C"], ["B"]]
+    log_p = bidirectional.log_likelihoods(
+        pronouncer.trainers[1], ["ab", "ab"], [["C", "A"], ["B", "A"]], letters, phone_vocabulary
+    )
+    np.testing.assert_allclose(log_p, [-0.3, -4.0], rtol=1e-9)
+    assert bidirectional.reversed_lexicon({"ab": [["A", "B"], ["A"]]}) == {"ab": [["B", "A"], ["A"]]}
+    assert [bidirectional.reads_right_to_left(k, "both") for k in range(4)] == [False, True, False, True]
+    assert not bidirectional.reads_right_to_left(1, "left-to-right")
+
+
+def test_sigmorphon_smoke_trains_a_bidirectional_ensemble(tmp_path):
+    run("sigmorphon", "--smoke", "--languages", "vie_hanoi", "--ensemble", "2", "--out", tmp_path)
+    entry = json.loads((tmp_path / "results.json").read_text())["languages"]["vie_hanoi"]
+    details = entry["details"]
+    assert details["directions"] == "both"
+    assert [member["direction"] for member in details["members"]] == ["left-to-right", "right-to-left"]
+    # Each model learnt its own direction (the right-to-left one scored on reversed pronunciations).
+    assert all(member["test_wer"] <= 10.0 for member in details["members"])
+    assert entry["test_wer"] <= 10.0 and details["left_to_right_wer"] <= 10.0
+    assert details["dev_wer"] <= 10.0 and "dev_wer_greedy" in details
 
 
 def test_phone_characters_come_back_as_the_phones():

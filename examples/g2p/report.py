@@ -159,6 +159,8 @@ def sigmorphon_table(document):
     sizes = {entry["details"].get("ensemble", 1) for entry in languages.values()}
     ensemble = max(sizes)
     ours_header = f"ours (ensemble of {ensemble})" if ensemble > 1 else "ours"
+    if {entry["details"].get("directions") for entry in languages.values()} == {"both"}:
+        ours_header = f"ours ({ensemble} models, both directions)"
     # With an ensemble: its models alone too (the mean of their test WERs).
     alone = ensemble > 1
     lines = [
