@@ -16,9 +16,11 @@ reversed (right to left). Pronouncing a word:
 This is n-best rescoring with right-to-left models (Sennrich et al. 2016,
 "Edinburgh Neural Machine Translation Systems for WMT 16"; Liu et al. 2016,
 "Agreement on Target-bidirectional Neural Machine Translation"). Measured on
-Serbo-Croatian (hbs_latn, where 98% of the errors are accents and vowel
-lengths): one model 40.5% test WER, rescored by one right-to-left model
-36.6%, against 38.9% for two left-to-right models together.
+SIGMORPHON 2021 (results/g2p_sigmorphon2021.json), one model per direction
+against the two left-to-right models of the same training cost before it:
+medium macro test WER 10.93 against 11.49; on Serbo-Croatian, where 98% of
+a left-to-right model's errors are a vowel's accent or length, 36.2
+against 38.9.
 """
 
 import numpy as np
