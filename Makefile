@@ -46,7 +46,7 @@ demo: $(VENV)/.installed-onnx,plot
 # 2021 medium and eng_us) and the CMUdict model's serving studies (the
 # ensemble, then one of its models alone, float32 and int8): the runs behind
 # the README's "Results on real data", whose tables are regenerated from
-# their results files. About 1.5 hours on 2 CPU cores; each training resumes
+# their results files. About 2 hours on 2 CPU cores; each training resumes
 # where a killed run stopped.
 g2p: $(VENV)/.installed-g2p
 	$(BIN)/python examples/g2p/train.py cmudict --out runs/g2p_cmudict --results results/g2p_cmudict.json

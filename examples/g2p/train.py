@@ -50,10 +50,12 @@ SMOKE_WORDS = 50
 # within 30 minutes on 2 cores, pronouncing together.
 CMUDICT = dict(decoder="luong", encoder_units=192, decoder_units=384, epochs=13)
 CMUDICT_ENSEMBLE = 2
-# Models per SIGMORPHON language, pronouncing together (--ensemble): the
+# Models per SIGMORPHON language, pronouncing together (--ensemble), half
+# of them reading the pronunciations right to left (--directions both): the
 # task's baseline is an ensemble too. Trained side by side (--jobs), two
-# take about the time of one; four were no better.
-SIGMORPHON_ENSEMBLE = 2
+# take about the time of one. Four left-to-right models were no better than
+# two; two per direction are (SIGMORPHON and SIGMORPHON_HIGH below).
+SIGMORPHON_ENSEMBLE = {"medium": 4, "high": 2}
 
 
 def parse_args(argv=None):
@@ -75,7 +77,8 @@ def parse_args(argv=None):
         default=None,
         help="train this many models (seeds seed, seed + 1, ...) and pronounce with all of them "
         "(EnsembleDecoder: their phone probabilities averaged at every step); default "
-        f"{CMUDICT_ENSEMBLE} for CMUdict, {SIGMORPHON_ENSEMBLE} for SIGMORPHON, 1 with --smoke",
+        f"{CMUDICT_ENSEMBLE} for CMUdict, {SIGMORPHON_ENSEMBLE['medium']} for a SIGMORPHON medium language, "
+        f"{SIGMORPHON_ENSEMBLE['high']} for eng_us, 1 with --smoke",
     )
     parser.add_argument(
         "--directions",
@@ -110,17 +113,18 @@ def parse_args(argv=None):
         parser.error(f"argument --ensemble: expected an integer >= 1, got {args.ensemble}")
     if args.jobs < 1:
         parser.error(f"argument --jobs: expected an integer >= 1, got {args.jobs}")
-    if args.ensemble is None:
-        default = {"cmudict": CMUDICT_ENSEMBLE, "sigmorphon": SIGMORPHON_ENSEMBLE}[args.dataset]
-        args.ensemble = 1 if args.smoke else default
+    if args.ensemble is None and (args.smoke or args.dataset == "cmudict"):
+        args.ensemble = 1 if args.smoke else CMUDICT_ENSEMBLE
+    # Otherwise (SIGMORPHON) None: each language's subtask sets its size.
     if args.directions is None:
-        args.directions = "both" if args.dataset == "sigmorphon" and args.ensemble > 1 else "left-to-right"
+        several = args.ensemble is None or args.ensemble > 1
+        args.directions = "both" if args.dataset == "sigmorphon" and several else "left-to-right"
     if args.directions == "both" and args.dataset != "sigmorphon":
         parser.error(
             "argument --directions: 'both' is for SIGMORPHON (CMUdict's pronouncer is exported as one graph); "
             "got both with cmudict"
         )
-    if args.directions == "both" and args.ensemble < 2:
+    if args.directions == "both" and args.ensemble is not None and args.ensemble < 2:
         parser.error(f"argument --directions: 'both' needs --ensemble 2 or more; got --ensemble {args.ensemble}")
     if args.out is None:
         args.out = f"runs/g2p_{args.dataset}" + ("_smoke" if args.smoke else "")
@@ -167,10 +171,25 @@ SMOKE = dict(
 # The decoder without input feeding trains faster and was as accurate or
 # better (fre: 8.20 against 9.10 test WER, single models).
 SIGMORPHON = dict(
-    encoder_units=128, batch_size=64, dropout=0.3, epochs=20, patience=6, normalization="NFD", decoder="luong"
+    encoder_units=128,
+    batch_size=64,
+    dropout=0.3,
+    epochs=20,
+    patience=6,
+    normalization="NFD",
+    decoder="luong",
+    ensemble=SIGMORPHON_ENSEMBLE["medium"],
 )
 # The high subtask (eng_us, 33,344 words) is a quarter of CMUdict: its settings.
-SIGMORPHON_HIGH = dict(batch_size=128, dropout=0.2, epochs=12, patience=4, normalization="NFD", decoder="luong")
+SIGMORPHON_HIGH = dict(
+    batch_size=128,
+    dropout=0.2,
+    epochs=12,
+    patience=4,
+    normalization="NFD",
+    decoder="luong",
+    ensemble=SIGMORPHON_ENSEMBLE["high"],
+)
 
 
 def vocabularies(lexicon, normalization=None, phone_symbols="phones"):
@@ -209,7 +228,7 @@ def train_language(name, split, args, out, **defaults):
     letters, phones = vocabularies(
         split["train"], None if normalization == "none" else normalization, model_config.phone_symbols
     )
-    size = args.ensemble
+    size = args.ensemble if args.ensemble is not None else defaults["ensemble"]
     jobs = min(size, args.jobs)
     directions = args.directions
     if jobs > 1:
