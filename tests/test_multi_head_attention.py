@@ -125,7 +125,8 @@ def test_fused_and_explicit_paths_agree_and_the_fused_op_is_used(monkeypatch):
     rng = np.random.default_rng(2)
     query, value, key = inputs(rng, tq=5, tv=7)
     query, value, key = query * 3, value * 3, key * 3
-    layer = built(rng, query, value, key, output_dim=6)
+    # One head size for queries, keys and values: what the fused op takes.
+    layer = built(rng, query, value, key, output_dim=6, value_dim=KEY_DIM)
     calls = []
     fused = keras.ops.dot_product_attention
 
@@ -146,6 +147,31 @@ def test_fused_and_explicit_paths_agree_and_the_fused_op_is_used(monkeypatch):
         assert calls == [bool(set(kwargs) - {"causal"})], "the fused op runs only without weights"
         np.testing.assert_allclose(fast, explicit, atol=1e-5)
         assert np.abs(fast).max() > 1.0  # not trivially zero
+
+
+def test_a_value_head_size_of_its_own_takes_the_explicit_path_with_the_same_numbers(monkeypatch):
+    # JAX's fused op refuses a value head of another size than the query's
+    # and key's (issue 18); this spy holds every backend to that contract.
+    rng = np.random.default_rng(3)
+    query, value, key = inputs(rng, tq=5, tv=7)
+    layer = built(rng, query, value, key, key_dim=3, value_dim=2, output_dim=6)
+    calls = []
+    fused = keras.ops.dot_product_attention
+
+    def jax_contract(query, key, value, *args, **kwargs):
+        calls.append(True)
+        if not query.shape[-1] == key.shape[-1] == value.shape[-1]:
+            raise ValueError(f"value head size {value.shape[-1]} != query head size {query.shape[-1]}")
+        return fused(query, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(keras.ops, "dot_product_attention", jax_contract)
+    value_mask = lengths_mask([7, 0, 3], 7)
+    for kwargs in ({}, {"value_mask": value_mask}, {"value_mask": value_mask, "causal": True}):
+        fast = np.asarray(layer(query, value, key=key, **kwargs))
+        mask = reference.combined_mask(B, 5, 7, **kwargs)
+        want, _ = reference_mha(weights_of(layer), query, value, key, mask)
+        np.testing.assert_allclose(fast, want, atol=1e-5)
+    assert calls == []
 
 
 # --------------------------------------------------------------- Keras parity

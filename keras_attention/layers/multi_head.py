@@ -40,11 +40,13 @@ class MultiHeadAttention(WeightSettings, AttentionLayer):
     output bias included), with finite gradients. Unlike Keras's layer, an
     explicit `query_mask` is honoured.
 
-    When no weights are returned and dropout is inactive, the heads are
-    computed by `keras.ops.dot_product_attention` (flash attention where the
-    backend and device allow; the TensorFlow backend has none, but the op
-    compiles with XLA and exports to ONNX with boolean masks); otherwise by
-    an explicit masked softmax. Both give the same output. Under a float16
+    When no weights are returned, dropout is inactive and `value_dim`
+    equals `key_dim`, the heads are computed by
+    `keras.ops.dot_product_attention` (flash attention where the backend and
+    device allow; the TensorFlow backend has none, but the op compiles with
+    XLA and exports to ONNX with boolean masks); otherwise by an explicit
+    masked softmax (the fused op needs one head size for queries, keys and
+    values on JAX). Both give the same output. Under a float16
     policy the scores and softmax run in float32 on the explicit path (a
     float16 score overflows for inputs of a few hundred); the output stays
     float16.
@@ -209,7 +211,13 @@ class MultiHeadAttention(WeightSettings, AttentionLayer):
         # they overflow for inputs of a few hundred (as in Keras's own
         # layer), so float16 takes the explicit path, scored in float32.
         float16 = keras.backend.standardize_dtype(projected_query.dtype) == "float16"
-        explicit = return_attention_scores or dropping or float16
+        # The fused op takes one head size for queries, keys and values on
+        # JAX (`jax.nn.dot_product_attention` refuses a value head of its
+        # own size); torch's and TensorFlow's would accept one, but every
+        # backend takes the same path, so the numbers do not depend on it.
+        head_sizes = {projected_query.shape[-1], projected_key.shape[-1], projected_value.shape[-1]}
+        same_head_size = len(head_sizes) == 1 and all(_checks.is_int(size) for size in head_sizes)
+        explicit = return_attention_scores or dropping or float16 or not same_head_size
         full_mask = None
         if explicit or mask is not None:
             full_mask = combine_masks(projected_query, projected_key, None, None, mask, causal)
