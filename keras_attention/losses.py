@@ -70,7 +70,7 @@ def sequence_loss(
     weights = ops.ones(ops.shape(targets), "float32") if weights is None else ops.cast(weights, "float32")
     if len(weights.shape) != 2:
         raise ValueError(f"sequence_loss: `weights` must have shape (batch, time); got shape {tuple(weights.shape)}.")
-    if any(w is not None and t is not None and w != t for w, t in zip(weights.shape, targets.shape)):
+    if not all(map(_checks.same_dim, _checks.static_shape(weights.shape), _checks.static_shape(targets.shape))):
         raise ValueError(
             f"sequence_loss: `weights` must have the shape of `targets` {tuple(targets.shape)}; got {tuple(weights.shape)}."
         )
@@ -93,6 +93,24 @@ def sequence_loss(
     return ops.divide_no_nan(total, divisor)
 
 
+class _TokenWeights(keras.losses.Loss):
+    """The `(B, T)` weights Keras gives a loss's tokens: `sample_weight` times
+    the Keras mask of `y_pred` (either alone, or ones when neither is there).
+
+    Keras 3 has no public accessor for a tensor's mask, and it does not
+    always keep the mask on the tensor (JAX tracers take no attributes:
+    Keras files their masks in a table of its own). Its
+    `Loss.__call__` looks the mask up on every backend and merges it with
+    `sample_weight`; this loss of all ones hands back what it merged.
+    """
+
+    def __init__(self):
+        super().__init__(name="sequence_loss_weights", reduction=None, dtype="float32")
+
+    def call(self, y_true, y_pred):
+        return ops.ones_like(y_pred[..., 0])
+
+
 @keras.saving.register_keras_serializable(package="keras_attention")
 class SequenceLoss(keras.losses.Loss):
     """`sequence_loss` as a Keras loss: `model.compile(loss=SequenceLoss())`.
@@ -101,8 +119,12 @@ class SequenceLoss(keras.losses.Loss):
 
         L = sum_{b,t} w[b,t] * -log softmax(y_pred[b,t])[y_true[b,t]] / sum_{b,t} w[b,t]
 
-    where `w` is `sample_weight` or, when absent, the Keras mask of the
-    predictions (decoders fed padded targets carry one). The other averaging
+    where `w` is `sample_weight` times the Keras mask of the predictions
+    (decoders fed padded targets carry one), either one alone when the other
+    is absent, or all ones: Keras's own rule for a loss, a masked token never
+    counts. The mask is looked up by Keras's loss machinery
+    (`keras.losses.Loss.__call__`), which finds it on every backend (under
+    JAX's tracing Keras keeps it outside the tensor). The other averaging
     options are those of `sequence_loss`, as `tfa.seq2seq.SequenceLoss` had,
     and `label_smoothing` spreads `s` of the target mass evenly over the
     vocabulary.
@@ -145,14 +167,21 @@ class SequenceLoss(keras.losses.Loss):
         self.label_smoothing = float(label_smoothing)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        if sample_weight is None:
-            # Keras 3 has no public accessor for a tensor's mask; its own
-            # Loss.__call__ reads this same attribute.
-            sample_weight = getattr(y_pred, "_keras_mask", None)
+        if sample_weight is not None:
+            sample_weight = ops.convert_to_tensor(sample_weight)
+            if len(sample_weight.shape) != 2:
+                raise ValueError(
+                    "SequenceLoss: `sample_weight` must have shape (batch, time); "
+                    f"got shape {tuple(sample_weight.shape)}."
+                )
+        # The weights are taken from `y_pred` as given: a converted copy
+        # would have lost its mask. (Logits of another rank than 3 go on to
+        # `sequence_loss`, which names the problem.)
+        weights = _TokenWeights()(y_true, y_pred, sample_weight) if len(ops.shape(y_pred)) == 3 else sample_weight
         return sequence_loss(
             y_pred,
             y_true,
-            sample_weight,
+            weights,
             average_across_timesteps=self.average_across_timesteps,
             average_across_batch=self.average_across_batch,
             sum_over_timesteps=self.sum_over_timesteps,

@@ -73,7 +73,9 @@ def test_trains_a_model_with_padding_masks():
     hidden = keras.layers.Embedding(6, 8, mask_zero=True)(tokens)
     logits = keras.layers.Dense(6)(hidden)
     model = keras.Model(tokens, logits)
-    model.compile("adam", loss=SequenceLoss(), jit_compile=True)
+    # A rate that moves the logits off uniform in three steps, so that the
+    # masked and unmasked losses differ clearly on every backend.
+    model.compile(keras.optimizers.Adam(0.05), loss=SequenceLoss(), jit_compile=True)
     x = np.array([[1, 2, 3, 0], [4, 5, 0, 0]], "int32")
     history = model.fit(x, x, epochs=3, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
@@ -131,3 +133,37 @@ def test_weights_of_another_shape_are_refused(batch):
         sequence_loss(logits, targets, weights[:, :3])
     with pytest.raises(ValueError, match=r"`label_smoothing` must be a number in \[0, 1\); got 1.0"):
         SequenceLoss(label_smoothing=1.0)
+
+
+def _masked_logits(logits, weights):
+    """`logits` with the Keras mask `weights != 0`, set the public way (a masking layer)."""
+    padded = np.where(weights[..., None] != 0, logits, 0.0).astype("float32")
+    return padded, keras.layers.Masking(0.0)(padded)
+
+
+def test_the_keras_mask_of_the_predictions_weights_the_tokens_on_every_backend(batch):
+    # JAX arrays carry no attributes: Keras files their masks elsewhere, and
+    # a loss reading `y_pred._keras_mask` found none there (issue 18).
+    logits, targets, weights = batch
+    padded, masked = _masked_logits(logits, weights)
+    want = _reference(padded.astype(np.float64), targets, weights).sum() / weights.sum()
+    np.testing.assert_allclose(float(SequenceLoss()(targets, masked)), want, rtol=1e-5)
+    per_example = SequenceLoss(average_across_batch=False)(targets, masked)
+    np.testing.assert_allclose(
+        per_example, sequence_loss(padded, targets, weights, average_across_batch=False), rtol=1e-5
+    )
+
+
+def test_the_keras_mask_and_sample_weight_multiply(batch):
+    # Keras's rule for every loss: a masked token never counts, whatever
+    # its sample weight; the others count with their sample weight.
+    logits, targets, weights = batch
+    padded, masked = _masked_logits(logits, weights)
+    sample_weight = np.array([[2, 1, 1, 3], [0, 1, 1, 1], [1, 1, 1, 1]], "float32")
+    both = weights * sample_weight  # [[2, 1, 1, 0], [0, 1, 0, 0], [0, 0, 0, 0]]
+    want = _reference(padded.astype(np.float64), targets, both).sum() / both.sum()
+    np.testing.assert_allclose(float(SequenceLoss()(targets, masked, sample_weight=sample_weight)), want, rtol=1e-5)
+    with pytest.raises(
+        ValueError, match=r"SequenceLoss: `sample_weight` must have shape \(batch, time\); got shape \(3,\)"
+    ):
+        SequenceLoss()(targets, masked, sample_weight=np.ones(3, "float32"))
