@@ -6,7 +6,8 @@ Numbers may be Python or NumPy scalars (`np.int64(8)`, `np.float32(0.1)`), as
 Keras accepts them; the checks return them as Python `int` / `float`, which is
 what a layer keeps and writes to its config (JSON has no NumPy types). Shape
 checks run on static shapes only: they cost nothing inside a compiled graph,
-and dimensions that are unknown until run time (None) are let through.
+and dimensions that are unknown until run time (None, or symbolic) are let
+through.
 """
 
 import math
@@ -42,8 +43,14 @@ def owner_name(owner):
 
 
 def static_shape(shape):
-    """`shape` as a tuple of Python ints, None where unknown."""
-    return tuple(None if d is None else int(d) for d in shape)
+    """`shape` as a tuple of Python ints, None where unknown.
+
+    A dimension that is not a plain (Python or NumPy) integer counts as
+    unknown: a symbolic one (JAX's shape polymorphism under `jax.export` /
+    jax2tf, a torch `SymInt`) refuses `int()`, and a static check cannot
+    decide anything about it anyway.
+    """
+    return tuple(int(d) if is_int(d) else None for d in shape)
 
 
 def same_dim(a, b):

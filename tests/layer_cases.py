@@ -34,6 +34,18 @@ MAX_LENGTH = 3
 _IDS = "decodes ids with an argmax or a sample: no gradient to check or to fit"
 
 
+class SymbolicDim:
+    """Stands for a symbolic dimension (JAX's shape polymorphism under
+    `jax.export` / jax2tf, torch's `SymInt`): it has no `int()` and no
+    comparison it can decide, as JAX's raise `InconclusiveDimensionOperation`."""
+
+    def _refuse(self, *_):
+        raise TypeError("a symbolic dimension used where a constant is needed")
+
+    __int__ = __index__ = __bool__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __hash__ = object.__hash__
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     id: str

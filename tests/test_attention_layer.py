@@ -1,11 +1,14 @@
 """The thin base every attention layer inherits: hierarchy, dropout and seed, specs, config."""
 
+import types
+
 import keras
 import numpy as np
 import pytest
 
 import keras_attention as ka
 from keras_attention import _checks
+from tests.layer_cases import SymbolicDim
 
 # Each layer with the config keys (beyond name, trainable, dtype) it wrote
 # before the layers shared a base: saved models hold exactly these.
@@ -255,3 +258,20 @@ def test_shared_checks_name_the_owner_the_argument_and_the_value():
     assert isinstance(resolved, ka.DotAttention) and resolved.name == "dot"
     with pytest.raises(ValueError, match=r"^Owner: `score` must be a DotAttention; got 3\.$"):
         _checks.resolve_layer("Owner", "score", 3, lambda layer: isinstance(layer, ka.DotAttention), "a DotAttention")
+
+
+def test_symbolic_dimensions_count_as_unknown_in_shape_checks():
+    # jax.export / jax2tf give symbolic dimensions, which refuse int()
+    # (issue 18): a static check lets them through, as it does None.
+    b, t = SymbolicDim(), SymbolicDim()
+    assert _checks.static_shape((b, t, np.int64(5), 3)) == (None, None, 5, 3)
+    _checks.check_input_shapes("Owner", (b, t, 4), (b, t, 5), (b, t, 6))
+    _checks.check_mask_shape("Owner", "value_mask", types.SimpleNamespace(shape=(b, t)), (2, 7), "(batch, Tv)")
+    assert _checks.check_known_last_dim("Owner", "memory", (b, t, 3)) == 3
+    # The dimensions that are known are still checked.
+    with pytest.raises(ValueError, match=r"^Owner: `key` and `value` must have the same length Tv; got key shape "):
+        _checks.check_input_shapes("Owner", (b, t, 4), (b, 7, 5), (b, 6, 6))
+    with pytest.raises(
+        ValueError, match=r"the last dimension of `memory` must be known .*; got shape \(None, 3, None\)"
+    ):
+        _checks.check_known_last_dim("Owner", "memory", (b, 3, t))

@@ -2,6 +2,8 @@
 with units, BahdanauMonotonicAttention): same result as the direct form, same
 gradients, XLA training, export, and the "auto" rule."""
 
+import types
+
 import keras
 import numpy as np
 import pytest
@@ -11,7 +13,14 @@ import keras_attention as ka
 from keras_attention.layers import additive
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
-from tests.layer_cases import lengths_mask, randomize, randomize_model, token_batch, unknown_shape_dataset
+from tests.layer_cases import (
+    SymbolicDim,
+    lengths_mask,
+    randomize,
+    randomize_model,
+    token_batch,
+    unknown_shape_dataset,
+)
 
 TQ, TV = 7, 5  # 7 queries: chunks of 3 leave a partial last chunk
 
@@ -198,6 +207,33 @@ def test_auto_rule_keeps_one_block_under_the_budget():
     assert additive._queries_per_chunk("auto", pq16, pk) == 2 * rows
     assert additive._queries_per_chunk(None, pq, pk) is None
     assert additive._queries_per_chunk(5, pq, pk) == 5
+
+
+def test_auto_rule_with_symbolic_sizes_takes_one_block_off_tensorflow(monkeypatch):
+    # A symbolic size (jax.export / jax2tf, issue 18) refuses int(); JAX
+    # needs the chunk count while tracing, which such a size cannot give.
+    batch = SymbolicDim()
+    pq = types.SimpleNamespace(shape=(batch, 7, 6), dtype="float32")
+    pk = types.SimpleNamespace(shape=(batch, 5, 6), dtype="float32")
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    assert additive._queries_per_chunk("auto", pq, pk) is None
+    assert additive._queries_per_chunk(3, pq, pk) == 3
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="jax.export's symbolic shapes")
+@pytest.mark.parametrize("chunk_size", ["auto", 3])
+def test_exports_from_jax_with_symbolic_batch_and_lengths(chunk_size):
+    import jax
+    from jax import export
+
+    rng = np.random.default_rng(12)
+    query, value, key = _inputs(rng)
+    layer, direct = _pair(FACTORIES["additive"], rng, query, value, key, chunk_size)
+    specs = export.symbolic_args_specs((query, value, key), ("b, tq, 4", "b, tv, 5", "b, tv, 3"))
+    exported = export.export(jax.jit(lambda q, v, k: layer(q, v, key=k)))(*specs)
+    np.testing.assert_allclose(exported.call(query, value, key), direct(query, value, key=key), atol=1e-5)
+    short = tuple(x[:2, :4] if x is query else x[:2] for x in (query, value, key))
+    np.testing.assert_allclose(exported.call(*short), direct(short[0], short[1], key=short[2]), atol=1e-5)
 
 
 def test_auto_chunks_long_inputs_and_leaves_short_ones_whole(monkeypatch):

@@ -36,15 +36,23 @@ def _dense_score(projected_query, projected_key, vector, activation):
 
 def _queries_per_chunk(chunk_size, projected_query, projected_key):
     """Queries per block: None (no chunking), a Python int, or (when the
-    batch, key length or units are unknown until run time) a scalar tensor."""
+    batch, key length or units are unknown until run time, on TensorFlow) a
+    scalar tensor."""
     if chunk_size != "auto":
         return chunk_size
     itemsize = _ITEMSIZE.get(keras.backend.standardize_dtype(projected_query.dtype), 4)
     sizes = (projected_query.shape[0], projected_key.shape[1], projected_key.shape[-1])
-    if all(size is not None for size in sizes):
+    if all(_checks.is_int(size) for size in sizes):
         # An empty batch or memory makes an empty block: no size to bound.
         block = max(1, itemsize * math.prod(int(size) for size in sizes))
         return max(1, AUTO_CHUNK_BYTES // block)
+    if keras.backend.backend() != "tensorflow":
+        # A size that is not a plain int here is symbolic (JAX's shape
+        # polymorphism under jax.export / jax2tf, torch.export's SymInt):
+        # these backends need the chunk count while tracing, and a count
+        # computed from a symbolic size exists only at run time, so the
+        # score is computed in one block (the same numbers).
+        return None
     # Successive floor divisions: floor(floor(a / b) / c) == floor(a / (b c)),
     # without forming the (possibly int32-overflowing) product. A size of 0
     # divides as 1 (an empty block), not by zero.
@@ -74,7 +82,7 @@ def _chunked_score(projected_query, projected_key, vector, activation, rows):
     # empty tensor.
     scores = ops.reshape(ops.transpose(scores, (1, 0, 2, 3)), (batch, count * rows, ops.shape(projected_key)[1]))
     scores = scores[:, :query_length]
-    if projected_query.shape[1] is not None:
+    if _checks.is_int(projected_query.shape[1]):
         # Keep a static query length static (slicing an unknown axis loses it).
         scores = ops.reshape(scores, (batch, projected_query.shape[1], ops.shape(projected_key)[1]))
     return scores
@@ -97,6 +105,8 @@ def additive_score(projected_query, projected_key, vector, activation=ops.tanh, 
     if rows is None:
         return _dense_score(projected_query, projected_key, vector, activation)
     query_length = projected_query.shape[1]
+    if not _checks.is_int(query_length):
+        query_length = None  # unknown until run time, or symbolic (jax.export)
     if query_length == 1:  # a decoder's step: nothing to chunk
         return _dense_score(projected_query, projected_key, vector, activation)
     if isinstance(rows, int):
