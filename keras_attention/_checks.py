@@ -29,6 +29,7 @@ __all__ = [
     "check_mask_shape",
     "check_masks",
     "claim_sublayer",
+    "concrete_values",
     "is_int",
     "owner_name",
     "resolve_layer",
@@ -51,6 +52,32 @@ def static_shape(shape):
     decide anything about it anyway.
     """
     return tuple(int(d) if is_int(d) else None for d in shape)
+
+
+def concrete_values(value):
+    """`value` as a NumPy array when its values are known now, else None.
+
+    Known now: NumPy values and Python numbers or sequences, and any
+    backend's eager tensor (a TensorFlow eager tensor, a JAX array, a torch
+    tensor). Not known: a `keras.KerasTensor`, or a tensor being traced (a
+    TensorFlow graph tensor, a JAX tracer under `jit` or `grad`), whose
+    conversion to NumPy raises; checks on values skip those. No backend's
+    attribute (such as TensorFlow's `.numpy`) decides it: JAX arrays have
+    none, and a check keyed on one never ran there.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (np.ndarray, numbers.Number, list, tuple)):
+        return np.asarray(value)
+    if isinstance(value, keras.KerasTensor):
+        return None
+    try:
+        return np.asarray(keras.ops.convert_to_numpy(value))
+    except (TypeError, ValueError, RuntimeError, AttributeError):
+        # TensorFlow graph tensors raise NotImplementedError (a
+        # RuntimeError), JAX tracers TracerArrayConversionError (a
+        # TypeError).
+        return None
 
 
 def same_dim(a, b):

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import keras_attention
+from keras_attention import _checks
 from keras_attention.layers.targeted import TargetedAttention
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
@@ -220,6 +221,47 @@ def test_empty_target_span_is_a_clear_error_in_eager_calls():
         layer(hidden, target, hidden_mask=valid)
     with pytest.raises(ValueError, match=r"examples \[1, 3\]"):
         layer(tf.constant(hidden), tf.constant(target), hidden_mask=tf.constant(valid))
+
+
+def test_empty_target_span_is_an_error_with_the_backends_own_eager_tensors():
+    # The check used to key on TensorFlow's `.numpy`: JAX arrays have none,
+    # so there it never ran (issue 18).
+    hidden, target, valid = random_batch(np.random.default_rng(5))
+    target[2] = False
+    layer = TargetedAttention(UNITS, mode="contextualized")
+    tensors = [keras.ops.convert_to_tensor(x) for x in (hidden, target, valid)]
+    with pytest.raises(ValueError, match=r"`target_mask` must mark at least one valid position.*examples \[2\]"):
+        layer(tensors[0], tensors[1], hidden_mask=tensors[2])
+
+
+class _ArrayWithoutNumpyMethod:
+    """An eager array as JAX's is: NumPy reads it (`__array__`), but it has no `.numpy()`."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __array__(self, dtype=None, copy=None):
+        return self._array if dtype is None else self._array.astype(dtype)
+
+
+def test_concrete_values_are_found_whatever_the_tensor_type_and_only_when_known():
+    target = np.array([[True, False], [False, False]])
+    np.testing.assert_array_equal(_checks.concrete_values(_ArrayWithoutNumpyMethod(target)), target)
+    np.testing.assert_array_equal(_checks.concrete_values(keras.ops.convert_to_tensor(target)), target)
+    assert _checks.concrete_values(None) is None
+    assert _checks.concrete_values(keras.KerasTensor((2, 2), dtype="bool")) is None
+    # A traced tensor has no values yet: the check is skipped.
+    seen = []
+    record = lambda t: seen.append(_checks.concrete_values(t)) or t  # noqa: E731
+    if keras.backend.backend() == "tensorflow":
+        tf.function(record)(tf.constant(target))
+    elif keras.backend.backend() == "jax":
+        import jax
+
+        jax.jit(record)(target)
+    else:
+        seen.append(None)  # torch traces nothing in an eager call
+    assert seen == [None]
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -16,11 +16,11 @@ signature cannot leave an input out, an empty tensor can stand for it),
 import dataclasses
 import numbers
 
-import keras
 import numpy as np
 from keras import ops
 
 from keras_attention import _checks
+from keras_attention._checks import concrete_values
 
 __all__ = [
     "FIXED_OPTIONS",
@@ -218,18 +218,3 @@ def broadcast_option(value, default, batch, dtype):
     padded = ops.concatenate([value, ops.cast(defaults, dtype)], axis=0)
     index = ops.where(ops.equal(ops.shape(value)[0], 1), 0, ops.arange(batch, dtype="int32"))
     return ops.take(padded, index, axis=0)
-
-
-def concrete_values(value):
-    """A NumPy array of `value` when it is known now (an eager call), else None."""
-    if isinstance(value, (np.ndarray, numbers.Number, list, tuple)):
-        return np.asarray(value)
-    if isinstance(value, keras.KerasTensor):
-        return None
-    to_numpy = getattr(value, "numpy", None)
-    if callable(to_numpy):
-        try:
-            return np.asarray(to_numpy())
-        except (NotImplementedError, TypeError, ValueError, AttributeError):
-            return None
-    return None

@@ -17,18 +17,6 @@ _MODES = ("vanilla", "contextualized", "gated")
 _PARTS = ("whole", "left", "right")
 
 
-def _concrete(tensor):
-    """The tensor's values as a NumPy array when they are known now, else None.
-
-    Inside a traced function (tf.function, XLA) the values do not exist yet;
-    eager tensors and NumPy arrays have them.
-    """
-    if tensor is None or isinstance(tensor, np.ndarray):
-        return tensor
-    to_numpy = getattr(tensor, "numpy", None)
-    return np.asarray(to_numpy()) if callable(to_numpy) else None
-
-
 @keras.saving.register_keras_serializable(package="keras_attention")
 class TargetedAttention(WeightSettings, AttentionLayer):
     """Target-dependent attention over a sentence (Liu & Zhang 2017).
@@ -172,8 +160,8 @@ class TargetedAttention(WeightSettings, AttentionLayer):
                 )
 
     def _check_spans(self, target_mask, mask):
-        target = _concrete(target_mask)
-        valid = _concrete(mask)
+        target = _checks.concrete_values(target_mask)
+        valid = _checks.concrete_values(mask)
         if target is None or (mask is not None and valid is None):
             return
         target = target.astype(bool)
