@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_attention import _checks
 from keras_attention.cells.base import attention_cell, check_memory
+from keras_attention.decoders.masked_steps import OutputLeadsStates
 
 __all__ = ["AttentionDecoder"]
 
@@ -48,12 +49,14 @@ def run_rnn(
     return_sequences,
     dtype_policy,
     step_input_dim=None,
+    step_extra_dim=0,
 ):
     """`step_cell` (`cell` itself, or a cell stepping it) over time in a Keras
     RNN, `cell` bound to the memory: `(outputs, final states, alignments or
     None)`, the alignments the trailing features of each step's output.
     `step_input_dim`: the size of the inputs `cell` steps on (default: the
-    last axis of `inputs`)."""
+    last axis of `inputs`); `step_extra_dim`: how many features `step_cell`'s
+    output has between `cell`'s output and the alignments."""
     # Keras's RNN draws the dropout masks of the cell it runs before its
     # loop; those of a cell inside ours (AttentionWrapper's) are drawn
     # here, or the cell would draw them inside the loop and keep them.
@@ -61,12 +64,25 @@ def run_rnn(
     cell.prepare_dropout_masks(ops.zeros((ops.shape(inputs)[0], step_input_dim), cell.compute_dtype), initial_state)
     # A fresh RNN wrapper per call: it owns no weights (they are the
     # cell's), and keeping none as an attribute keeps the cell saved once.
+    if inputs_mask is not None:
+        # Padded steps repeat the previous output: carried as the first
+        # state, where every backend's loop finds it (OutputLeadsStates).
+        step_output_dim = cell.output_size + step_extra_dim
+        if with_alignments:
+            memory_length = prepared.values.shape[1]
+            step_output_dim += ops.shape(prepared.values)[1] if memory_length is None else memory_length
+        step_cell = OutputLeadsStates(step_cell, step_output_dim, dtype=dtype_policy)
+        initial_state = OutputLeadsStates.initial_state(
+            ops.shape(inputs)[0], step_output_dim, initial_state, cell.compute_dtype
+        )
     rnn = keras.layers.RNN(step_cell, return_sequences=return_sequences, return_state=True, dtype=dtype_policy)
     try:
         with cell.bind(prepared, with_alignments=with_alignments):
             output, *states = rnn(inputs, initial_state=initial_state, mask=inputs_mask, training=training)
     finally:
         cell.reset_dropout_masks()
+    if inputs_mask is not None:
+        states = states[1:]
     alignments = None
     if with_alignments:
         alignments = output[..., cell.output_size :]

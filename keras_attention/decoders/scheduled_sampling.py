@@ -8,6 +8,7 @@ import numpy as np
 from keras import ops
 
 from keras_attention import _checks
+from keras_attention._reductions import first_max_index
 from keras_attention.cells.base import attention_cell, check_memory
 from keras_attention.decoders.attention_decoder import run_cell, run_rnn
 
@@ -256,6 +257,7 @@ class ScheduledSamplingDecoder(keras.layers.Layer):
             True,
             self.dtype_policy,
             step_input_dim=dy,
+            step_extra_dim=dy,
         )
         fed, alignments = rest[..., :dy], rest[..., dy:]
         return outputs, fed, alignments if self.return_alignments else None
@@ -263,7 +265,7 @@ class ScheduledSamplingDecoder(keras.layers.Layer):
     def _choose(self, logits, draw):
         """The token fed back: the argmax, or the inverse CDF at `draw` in [0, 1)."""
         if self.sampling == "argmax":
-            return ops.cast(ops.top_k(logits, 1)[1][:, 0], "int32")
+            return first_max_index(logits)  # ties: the lowest id, on every backend
         cumulative = ops.cumsum(ops.softmax(ops.cast(logits, "float32"), axis=-1), axis=-1)
         below = ops.sum(ops.cast(ops.less(cumulative, ops.expand_dims(ops.cast(draw, "float32"), 1)), "int32"), -1)
         return ops.minimum(below, ops.shape(logits)[-1] - 1)
