@@ -5,7 +5,7 @@ Shared by `ops` (the masked softmax), the layers and the cells.
 
 from keras import ops
 
-__all__ = ["any_along", "max_along", "pad_one", "positive_axis"]
+__all__ = ["any_along", "first_max_index", "max_along", "pad_one", "positive_axis"]
 
 # Empty inputs (a batch of 0, a memory of length 0) must also run once a
 # model is exported to ONNX, where three things break on them:
@@ -45,3 +45,29 @@ def any_along(mask, axis=-1, keepdims=False):
     counts = pad_one(ops.cast(mask, "float32"), axis, 0.0)
     total = ops.sum(counts, axis=positive_axis(counts, axis), keepdims=keepdims)
     return ops.greater(total, 0.0)
+
+
+def first_max_index(x, valid=None):
+    """The index of the largest entry of `x` along its last axis, the
+    lowest one among equals: int32, the last axis removed.
+
+    Neither `argmax` nor `top_k(x, 1)` fixes the tie: which of equal entries
+    they return is the backend's choice (torch promises no order), and
+    `argmax` does not export to ONNX. Here the rule is spelled out: the
+    entries equal to the max, and the number of entries before the first of
+    them (those whose running count of maxima is still 0). With `valid`
+    (boolean, broadcastable to `x`) only valid entries count. A row with no
+    candidate (an empty axis, nothing valid, only NaN) gives 0.
+    """
+    axis = positive_axis(x, -1)
+    if valid is not None:
+        valid = ops.broadcast_to(ops.cast(valid, "bool"), ops.shape(x))
+        x = ops.where(valid, x, float("-inf"))
+    is_best = ops.equal(x, max_along(x, axis, float("-inf")))
+    if valid is not None:
+        is_best = ops.logical_and(is_best, valid)
+    # One entry that is no maximum, padded at the end, keeps the sum off an
+    # empty axis and makes a row with no candidate count past the last index.
+    running = ops.cumsum(pad_one(ops.cast(is_best, "int32"), axis, 0), axis=axis)
+    first = ops.sum(ops.cast(ops.equal(running, 0), "int32"), axis=axis)
+    return ops.where(ops.less(first, ops.shape(x)[axis]), first, ops.zeros_like(first))

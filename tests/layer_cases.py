@@ -46,6 +46,18 @@ class SymbolicDim:
     __hash__ = object.__hash__
 
 
+def top_k_with_ties_to_the_highest_index(top_k):
+    """`top_k` that returns the highest index among equal values: what torch's
+    `topk`, which promises no order among ties, may do. Patched over
+    `keras.ops.top_k`, it shows whether a choice leans on the tie order."""
+
+    def flipped_top_k(x, k, sorted=True):
+        values, indices = top_k(ops.flip(x, -1), k, sorted=sorted)
+        return values, ops.shape(x)[-1] - 1 - indices
+
+    return flipped_top_k
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     id: str

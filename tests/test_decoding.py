@@ -17,6 +17,7 @@ from keras_attention.decoding import (
     tile_batch,
 )
 from tests.export_check import assert_export_parity
+from tests.layer_cases import top_k_with_ties_to_the_highest_index
 
 END = 0
 
@@ -122,6 +123,27 @@ def test_greedy_matches_a_step_by_step_reference():
         assert list(ids[: len(tokens)]) == tokens and (ids[len(tokens) :] == END).all()
         assert result["lengths"].numpy()[example] == len(tokens)
         np.testing.assert_allclose(result["scores"].numpy()[example], total, rtol=1e-5)
+
+
+def test_greedy_ties_go_to_the_lowest_id_whatever_the_backends_tie_order(monkeypatch):
+    # A top_k that breaks ties the other way, as torch's may (issue 18),
+    # changes nothing: the rule is written out, not left to the backend.
+    monkeypatch.setattr(keras.ops, "top_k", top_k_with_ties_to_the_highest_index(keras.ops.top_k))
+    table = np.array(
+        [
+            [-9.0, 1.0, 3.0, 0.0, 3.0],  # ids 2 and 4 tie: 2, every step
+            [1.0, 1.0, 1.0, 1.0, 1.0],  # all equal: 0 (the end) at once
+            [-9.0, 2.0, 2.0, 2.0, -9.0],  # ids 1, 2 and 3 tie: 1, every step
+        ],
+        "float32",
+    )
+
+    def step_fn(ids, state):
+        return keras.ops.convert_to_tensor(table), state
+
+    result = greedy_search(step_fn, keras.ops.zeros((3, 1)), 1, END, 3)
+    np.testing.assert_array_equal(np.asarray(result["ids"]), [[2, 2, 2], [0, END, END], [1, 1, 1]])
+    np.testing.assert_array_equal(np.asarray(result["lengths"]), [3, 1, 3])
 
 
 def test_length_penalty_changes_the_ranking_as_its_formula_says():

@@ -1,12 +1,13 @@
 """HardAttention specifics: one value per query, sampling, straight-through gradients."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import keras_attention as ka
 from keras_attention.ops import masked_softmax
-from tests.layer_cases import lengths_mask
+from tests.layer_cases import lengths_mask, top_k_with_ties_to_the_highest_index
 
 
 def _memory(rng, batch=2, tv=5, d=4):
@@ -27,6 +28,25 @@ def test_inference_returns_exactly_one_valid_value_per_query(mode):
     chosen = weights.argmax(-1)
     assert mask[np.arange(3)[:, None], chosen].all(), "picked a padded position"
     np.testing.assert_array_equal(context, memory[np.arange(3)[:, None], chosen])
+
+
+def test_ties_go_to_the_lowest_valid_position_whatever_the_backends_tie_order(monkeypatch):
+    # top_k's order among equal scores is the backend's (torch promises
+    # none, issue 18): a top_k that breaks ties the other way changes nothing.
+    monkeypatch.setattr(keras.ops, "top_k", top_k_with_ties_to_the_highest_index(keras.ops.top_k))
+    memory = np.array(
+        [
+            [[1, 0], [2, 0], [1, 0], [2, 0], [0, 0]],  # dot scores 1 2 1 2 0: positions 1 and 3 tie
+            [[3, 0], [1, 0], [2, 0], [3, 0], [3, 0]],  # 3 1 2 3 3, position 0 masked: 3 and 4 tie
+            [[1, 0], [1, 0], [1, 0], [1, 0], [1, 0]],  # all equal
+        ],
+        "float32",
+    )
+    query = np.array([[1, 0], [1, 0], [1, 0]], "float32")
+    mask = np.array([[1, 1, 1, 1, 1], [0, 1, 1, 1, 1], [1, 1, 1, 1, 1]], bool)
+    context, weights = ka.HardAttention("dot")(query, memory, value_mask=mask, return_attention_scores=True)
+    np.testing.assert_array_equal(np.asarray(weights), np.eye(5, dtype="float32")[[1, 3, 0]])
+    np.testing.assert_array_equal(np.asarray(context), memory[[0, 1, 2], [1, 3, 0]])
 
 
 def test_sample_mode_draws_from_the_attention_distribution():

@@ -170,3 +170,14 @@ def test_safe_cumprod_errors():
         safe_cumprod(np.ones((2, 3), "float32"), axis=2)
     with pytest.raises(ValueError, match=r"safe_cumprod: `x` must be a float tensor; got dtype int32"):
         safe_cumprod(np.ones((2, 3), "int32"))
+
+
+def test_first_max_index_takes_the_lowest_index_among_ties_and_zero_for_no_candidate():
+    from keras_attention._reductions import first_max_index
+
+    x = np.array([[1.0, 3.0, 3.0, 0.0], [-np.inf, -np.inf, -np.inf, -np.inf], [2.0, 2.0, 2.0, 2.0]], "float32")
+    np.testing.assert_array_equal(first_max_index(x), [1, 0, 0])
+    valid = np.array([[True, False, True, True], [False, True, True, False], [False] * 4])
+    np.testing.assert_array_equal(first_max_index(x, valid), [2, 1, 0])  # no valid entry: 0
+    assert np.asarray(first_max_index(np.zeros((3, 0), "float32"))).tolist() == [0, 0, 0]
+    assert np.asarray(first_max_index(np.zeros((0, 4), "float32"))).shape == (0,)

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import keras_attention as ka
+from tests.layer_cases import top_k_with_ties_to_the_highest_index
 
 VOCABULARY, UNITS, EMBEDDING = 11, 8, 5
 
@@ -102,6 +103,15 @@ def test_fed_back_predictions_match_a_cell_step_loop(probability, sampling, outp
     forced = np.asarray(decoder(ids, memory, memory_mask=memory_mask, training=False))
     assert np.abs(got - forced)[valid].max() > 1e-2  # feeding back changed the outputs
     np.testing.assert_allclose(got[:, 0], forced[:, 0], rtol=1e-6)  # the first step is always gold
+
+
+def test_the_fed_back_argmax_takes_the_lowest_id_among_ties(monkeypatch):
+    # Whatever order the backend's top_k gives equal logits (torch's is
+    # unspecified, issue 18).
+    monkeypatch.setattr(keras.ops, "top_k", top_k_with_ties_to_the_highest_index(keras.ops.top_k))
+    logits = np.array([[0.0, 2.0, 1.0, 2.0], [5.0, 5.0, 5.0, 5.0], [0.0, 1.0, 3.0, 3.0]], "float32")
+    chosen = make()._choose(keras.ops.convert_to_tensor(logits), np.zeros(3, "float32"))
+    np.testing.assert_array_equal(np.asarray(chosen), [1, 0, 2])
 
 
 def test_padded_targets_are_masked():

@@ -2,8 +2,9 @@
 
 The decoders are written for export: the loop is `keras.ops.while_loop`
 (ONNX Loop), per-step results go into preallocated buffers through masked
-`where` writes (`slice_update` does not convert to ONNX), and token choices use
-`top_k` (`argmax` does not convert either).
+`where` writes (`slice_update` does not convert to ONNX), and a single best
+token is the first position equal to the max (`_reductions.first_max_index`:
+`argmax` does not convert either, and `top_k` leaves ties to the backend).
 
 A buffer a decoder does not need (alignments the caller turned off, coverage
 that is not penalised) is the empty tuple `ABSENT` in the loop variables:

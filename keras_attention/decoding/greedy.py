@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_attention import _checks
+from keras_attention._reductions import first_max_index
 from keras_attention.decoding import _loop
 from keras_attention.decoding.constraints import check_top_p, top_p_filter
 from keras_attention.decoding.hashed_random import hashed_uniform
@@ -135,7 +136,7 @@ def greedy_search(
     """
 
     def choose(log_probs, time):
-        return ops.cast(ops.top_k(log_probs, 1)[1][:, 0], "int32")
+        return first_max_index(log_probs)  # ties: the lowest id, on every backend
 
     return _single_path_search(
         step_fn,
@@ -232,7 +233,7 @@ def sampling_search(
             uniform = hashed_uniform(seed, time, ops.shape(logits)[-1])
         else:
             uniform = keras.random.uniform(ops.shape(logits), minval=tiny, maxval=1.0, seed=seed)
-        return ops.cast(ops.top_k(logits - ops.log(-ops.log(uniform)), 1)[1][:, 0], "int32")
+        return first_max_index(logits - ops.log(-ops.log(uniform)))
 
     return _single_path_search(
         step_fn,

@@ -5,7 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_attention import _checks
-from keras_attention._reductions import any_along, pad_one
+from keras_attention._reductions import any_along, first_max_index
 from keras_attention.layers.base import BaseAttention
 from keras_attention.ops import masked_softmax
 
@@ -64,8 +64,10 @@ class HardAttention(BaseAttention):
     theirs). At inference (`training` false) the output is always exactly one
     value per query; a query with no valid position gets zeros.
 
-    Ties go to the lowest position. The selection uses `top_k`, not
-    `argmax`, so models export to ONNX.
+    Ties go to the lowest position, on every backend: the selection takes
+    the max and then the first position equal to it, not `argmax` or
+    `top_k` (which leave the order of equal scores to the backend; torch's
+    promise none, and `argmax` does not export to ONNX).
 
     Paper: Xu et al. 2015, "Show, Attend and Tell" (hard attention),
     arXiv:1502.03044; Jang, Gu & Poole 2017, "Categorical Reparameterization
@@ -141,12 +143,10 @@ class HardAttention(BaseAttention):
             mask = ops.ones_like(logits, dtype="bool")
         else:
             mask = ops.broadcast_to(ops.cast(mask, "bool"), ops.shape(logits))
-        masked = ops.where(mask, logits, float(np.finfo("float32").min))
-        # One masked column after the last gives top_k a column to pick when
-        # there is none (an empty memory); it matches no position below.
-        # (Ties go to the lowest index, so it never wins over a real one.)
-        _, best = ops.top_k(pad_one(masked, -1, float(np.finfo("float32").min)), k=1)  # (B, Tq, 1)
-        positions = ops.arange(ops.shape(logits)[-1], dtype=best.dtype)
+        # The lowest valid position among equal best scores, on every
+        # backend (0 for a row with none, which any_valid zeroes below).
+        best = ops.expand_dims(first_max_index(logits, mask), -1)  # (B, Tq, 1)
+        positions = ops.arange(ops.shape(logits)[-1], dtype="int32")
         one_hot = ops.equal(positions, best)
         any_valid = any_along(mask, axis=-1, keepdims=True)
         hard = ops.cast(ops.logical_and(one_hot, any_valid), "float32")
