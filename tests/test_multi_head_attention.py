@@ -167,7 +167,7 @@ def test_a_value_head_size_of_its_own_takes_the_explicit_path_with_the_same_numb
     monkeypatch.setattr(keras.ops, "dot_product_attention", jax_contract)
     value_mask = lengths_mask([7, 0, 3], 7)
     for kwargs in ({}, {"value_mask": value_mask}, {"value_mask": value_mask, "causal": True}):
-        fast = np.asarray(layer(query, value, key=key, **kwargs))
+        fast = keras.ops.convert_to_numpy(layer(query, value, key=key, **kwargs))
         mask = reference.combined_mask(B, 5, 7, **kwargs)
         want, _ = reference_mha(weights_of(layer), query, value, key, mask)
         np.testing.assert_allclose(fast, want, atol=1e-5)
