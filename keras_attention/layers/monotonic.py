@@ -68,15 +68,19 @@ def _recursive(p_choose, previous):
         alignment = ops.where(at, ops.expand_dims(q, -1) * p_choose, alignment)
         return j + 1, q, alignment
 
+    # (zeros of the shape, not of `p_choose[..., 0]`: an empty memory has no position 0)
+    q, alignment = ops.zeros(ops.shape(p_choose)[:-1], p_choose.dtype), ops.zeros_like(p_choose)
+    if keras.backend.backend() == "jax":
+        # JAX differentiates a loop in reverse only with static bounds, which
+        # `fori_loop` lowers to a scan (shapes are static under JAX tracing).
+        # Elsewhere the while_loop stays: TensorFlow's exports as an ONNX
+        # Loop, and its `maximum_iterations` bounds it for XLA's gradient.
+        _, alignment = ops.fori_loop(0, length, lambda j, carry: body(j, *carry)[1:], (q, alignment))
+        return alignment
     _, _, alignment = ops.while_loop(
         lambda j, q, alignment: ops.less(j, length),
         body,
-        # (zeros of the shape, not of `p_choose[..., 0]`: an empty memory has no position 0)
-        (
-            ops.convert_to_tensor(0, "int32"),
-            ops.zeros(ops.shape(p_choose)[:-1], p_choose.dtype),
-            ops.zeros_like(p_choose),
-        ),
+        (ops.convert_to_tensor(0, "int32"), q, alignment),
         maximum_iterations=length,
     )
     return alignment
