@@ -1,4 +1,17 @@
-"""results.json -> the Markdown table shown by the README (benchmarks/results.md)."""
+"""benchmarks/results.json -> benchmarks/results.md, and the README's benchmark block.
+
+python benchmarks/report.py          # rewrite results.md and README.md's block from results.json
+python benchmarks/report.py --check  # exit 1 if either is out of date
+"""
+
+import argparse
+import json
+import pathlib
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+README = HERE.parent / "README.md"
+BEGIN, END = "<!-- bench-results:begin -->", "<!-- bench-results:end -->"
 
 
 def _fmt(value, digits=1):
@@ -58,6 +71,19 @@ def _reruns(sections):
 
 
 def markdown(results):
+    """The whole of benchmarks/results.md."""
+    out, header_end, summary = _render(results)
+    if summary:
+        out[header_end:header_end] = ["## Targets", "", targets_table(summary), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def targets_table(summary):
+    return _table(["measure", "target", "result", ""], summary)
+
+
+def _render(results):
+    """results.md's lines, where its targets table goes, and that table's rows."""
     machine, versions = results["machine"], results["versions"]
     sections = results["sections"]
     out = ["# keras-attention benchmarks", ""]
@@ -410,10 +436,70 @@ def markdown(results):
         out += bench_options.markdown(s, _table, _meta(s))
         summary.append(bench_options.summary_row(s, _fmt))
 
+    s = sections.get("throughput")
+    if s and "error" not in s:
+        import bench_throughput
+
+        out += bench_throughput.markdown(s, _table, _meta(s))
+        summary.append(bench_throughput.summary_row(s, _fmt))
+
     for name, s in sections.items():
         if "error" in s:
             out += [f"## {name}: failed", "", f"`{s['error']}`", ""]
 
-    if summary:
-        out[header_end:header_end] = ["## Targets", "", _table(["measure", "target", "result", ""], summary), ""]
-    return "\n".join(out).rstrip() + "\n"
+    return out, header_end, summary
+
+
+def readme_block(results):
+    """The README's benchmark block: the targets table, then the serving throughput table."""
+    _, _, summary = _render(results)
+    lines = [targets_table(summary), ""]
+    s = results["sections"].get("throughput")
+    if s and "error" not in s:
+        import bench_throughput
+
+        lines += [
+            "Serving throughput (section 9): dates per second through the exported dates decoder, "
+            f"{s['config']['steps']} steps each; {s['method']}; same ids on every path: {s['same_ids_all_cells']}. "
+            f"`{s['meta']['command']}` on {s['meta']['date']}, load average {s['meta']['loadavg_before'][0]} before.",
+            "",
+            bench_throughput.throughput_table(s, _table),
+        ]
+    return "\n".join(lines).rstrip()
+
+
+def updated_readme(text, results):
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"error: {README} has no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{readme_block(results)}\n{END}{tail}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only check that results.md and README.md are up to date")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(HERE))  # the section modules render their own tables
+    results = json.loads((HERE / "results.json").read_text(encoding="utf-8"))
+    files = {
+        HERE / "results.md": markdown(results),
+        README: updated_readme(README.read_text(encoding="utf-8"), results),
+    }
+    stale = [path.name for path, text in files.items() if path.read_text(encoding="utf-8") != text]
+    if args.check:
+        if stale:
+            print(
+                f"error: {', '.join(stale)} out of date with benchmarks/results.json; run python benchmarks/report.py",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    for path, text in files.items():
+        path.write_text(text, encoding="utf-8")
+    print(f"updated {', '.join(stale) or 'nothing (up to date)'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,8 +15,13 @@ Measures (see each module's docstring for the exact setup):
               without input feeding, fit vs train_on_batch, beam alignments
     options   each decoding option (constraints, penalties, run-time inputs)
               against plain beam search on the dates decoder
+    throughput
+              dates per second served at batch 1, 32, 256 (greedy, beam 5):
+              onnxruntime (library default and other session settings),
+              SavedModel, Keras predict
 
-Writes DIR/results.json and DIR/results.md (DIR: benchmarks/, or
+Writes DIR/results.json and DIR/results.md (and, for benchmarks/, the
+README's benchmark block; DIR: benchmarks/, or
 runs/bench-quick with --quick, which uses tiny sizes and 2 repetitions so
 that the suite can be checked in seconds; its numbers mean nothing). With
 --only, the other sections of an existing results.json are kept. The tfa
@@ -44,7 +49,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import common
 import report
 
-NAMES = ["decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p", "options"]
+NAMES = ["decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p", "options", "throughput"]
 
 
 def parse_args(argv=None):
@@ -111,6 +116,10 @@ def run_one(name, args):
         import bench_options
 
         return bench_options.run(args.quick, log, repeats=args.repeats)
+    if name == "throughput":
+        import bench_throughput
+
+        return bench_throughput.run(args.quick, log, repeats=args.repeats)
     raise AssertionError(name)
 
 
@@ -157,6 +166,12 @@ def main(argv=None):
         f.write(markdown)
     log(markdown)
     log(f"wrote {path} and results.md")
+    if os.path.abspath(args.out) == HERE:  # the committed results: the README shows them too
+        with open(report.README, encoding="utf-8") as f:
+            readme = report.updated_readme(f.read(), results)
+        with open(report.README, "w", encoding="utf-8") as f:
+            f.write(readme)
+        log(f"updated {report.README}'s benchmark block")
     if failed:
         log(f"FAILED: {failed}")
         return 1

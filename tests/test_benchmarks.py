@@ -1,10 +1,13 @@
 """The benchmark suite keeps working: `benchmarks/run.py --quick` on every
 measure (tiny sizes; no timing is asserted: benchmarks are not tests)."""
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TFA_ENV = os.path.join(ROOT, "benchmarks", "peers", ".venv-tfa", ".complete")
@@ -22,7 +25,7 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
 
     results = json.loads((tmp_path / "results.json").read_text())
     sections = results["sections"]
-    assert set(sections) == {"decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p", "options"}
+    assert set(sections) == {"decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p", "options", "throughput"}
     for name, section in sections.items():
         assert "error" not in section, (name, section.get("error"))
     assert results["quick"] and results["versions"]["tensorflow"]
@@ -46,8 +49,38 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
         assert row["ratio_vs_beam"]["beam"] == 1.0 and all(r > 0 for r in row["ratio_vs_beam"].values())
         assert {"runtime_options", "no_repeat_ngram_size", "coverage_penalty", "greedy"} <= set(row["ratio_vs_beam"])
 
+    throughput = sections["throughput"]
+    assert throughput["same_ids_all_cells"]
+    assert [(c["decoder"], c["batch"]) for c in throughput["cells"].values()] == [
+        (decoder, batch) for decoder in ("greedy", "beam 5") for batch in throughput["config"]["batches"]
+    ]
+    for cell in throughput["cells"].values():
+        assert {"onnxruntime, library default", "saved_model", "keras_predict"} <= set(cell["per_second"])
+        assert all(rate > 0 for rate in cell["per_second"].values())
+        # The ratio to predict is the two throughputs' quotient.
+        rate = cell["per_second"]
+        expected = rate["onnxruntime, library default"] / rate["keras_predict"]
+        assert cell["vs_keras_predict"]["onnxruntime"] == pytest.approx(expected, abs=0.006)
+    assert throughput["settings"]["best"] in throughput["settings"]["tried"]
+
     markdown = (tmp_path / "results.md").read_text()
     assert markdown.startswith("# keras-attention benchmarks")
     assert 'int8 (`quantize="int8"`) against float32' in markdown
-    for heading in ("## Targets", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7.", "## 8."):
+    for heading in ("## Targets", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7.", "## 8.", "## 9."):
         assert heading in markdown
+
+
+def test_readme_benchmark_block_is_generated_from_the_committed_results(monkeypatch):
+    # Loaded by path under its own name: examples/g2p has a `report` module too.
+    benchmarks = os.path.join(ROOT, "benchmarks")
+    monkeypatch.syspath_prepend(benchmarks)  # the sections' modules render their tables
+    spec = importlib.util.spec_from_file_location("benchmarks_report", os.path.join(benchmarks, "report.py"))
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    with open(os.path.join(benchmarks, "results.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    with open(report.README, encoding="utf-8") as f:
+        readme = f.read()
+    assert report.updated_readme(readme, results) == readme, "run python benchmarks/report.py"
+    with open(os.path.join(benchmarks, "results.md"), encoding="utf-8") as f:
+        assert report.markdown(results) == f.read(), "run python benchmarks/report.py"

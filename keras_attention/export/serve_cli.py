@@ -69,7 +69,13 @@ def _parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=256, help="with --texts: texts per batch")
     parser.add_argument("--runs", type=int, default=100, help="timed runs after the one that prints (0: no timing)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs before the timed ones")
-    parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="onnxruntime intra-op threads (default: every core, the fastest on batches of 256; "
+        "1 is faster for one text at a time: benchmarks/results.md, section 9)",
+    )
     parser.add_argument(
         "--precision",
         choices=PRECISIONS,
