@@ -30,7 +30,9 @@ def test_recursive_alignment_and_its_gradient_match_numpy_and_finite_differences
     np.testing.assert_allclose(got, recursion(p, previous), rtol=1e-5, atol=1e-7)
 
     (analytic_p, analytic_previous) = gradients(
-        lambda p, previous: keras.ops.sum(monotonic_alignment(p, previous, "recursive") * weights.astype("float32")),
+        lambda p, previous: keras.ops.sum(
+            monotonic_alignment(p, previous, "recursive") * keras.ops.convert_to_tensor(weights, "float32")
+        ),
         [p.astype("float32"), previous.astype("float32")],
     )
     for analytic, which in ((analytic_p, 0), (analytic_previous, 1)):
