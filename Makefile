@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint tour bench g2p g2p-large venv clean
+.PHONY: demo test test-jax test-torch lint tour bench g2p g2p-large venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,20 @@ venv: $(VENV)/.installed-dev
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The backend-neutral tests (modules marked `pytestmark =
+# pytest.mark.any_backend`) on JAX and on PyTorch, each in its own venv
+# without TensorFlow (.venv-jax, .venv-torch; pinned in constraints.txt).
+.venv-%/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt -e ".[$*,test]"
+	touch $@
+
+test-jax: .venv-jax/.installed
+	KERAS_BACKEND=jax .venv-jax/bin/python -m pytest $(PYTEST_ARGS)
+
+test-torch: .venv-torch/.installed
+	KERAS_BACKEND=torch .venv-torch/bin/python -m pytest $(PYTEST_ARGS)
 
 # The style CI enforces (settings in pyproject.toml): `ruff format .` fixes
 # the formatting, `ruff check --fix .` what can be fixed mechanically.
@@ -78,4 +92,4 @@ bench: $(VENV)/.installed-dev
 	PYTHON=$(PYTHON) $(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) demo_output runs .pytest_cache
+	rm -rf $(VENV) .venv-jax .venv-torch demo_output runs .pytest_cache

@@ -6,6 +6,21 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+# The line that makes a test module backend-neutral (`make test-jax`,
+# `make test-torch`): it imports nothing of TensorFlow and uses
+# keras.ops, keras.random and tests/backend_gradients.py only.
+ANY_BACKEND = "pytestmark = pytest.mark.any_backend"
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Off TensorFlow, only the backend-neutral test modules: the others
+    import TensorFlow or test the TensorFlow-only export."""
+    if keras.backend.backend() == "tensorflow" or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_"):
+        return None
+    return ANY_BACKEND not in collection_path.read_text(encoding="utf-8")
+
 
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():

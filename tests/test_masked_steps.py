@@ -12,6 +12,9 @@ from keras import ops
 import keras_attention as ka
 from keras_attention.decoders.masked_steps import OutputLeadsStates
 
+pytestmark = pytest.mark.any_backend
+
+
 CELLS = {
     "gru": lambda: ka.AttentionGRUCell(4, ka.AdditiveAttention(3)),
     "lstm": lambda: ka.AttentionLSTMCell(4, ka.AdditiveAttention(3)),

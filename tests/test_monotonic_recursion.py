@@ -5,10 +5,13 @@ KERAS_BACKEND=jax or torch."""
 
 import keras
 import numpy as np
+import pytest
 
 import keras_attention as ka
 from keras_attention.layers.monotonic import monotonic_alignment
 from tests.backend_gradients import gradients
+
+pytestmark = pytest.mark.any_backend
 
 
 def recursion(p, previous):
