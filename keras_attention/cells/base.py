@@ -154,13 +154,15 @@ class AttentionCell(keras.layers.Layer):
         return AttentionMemory(values, self.attention.project_key(values), mask)
 
     @contextlib.contextmanager
-    def bind(self, memory, with_alignments=False):
+    def bind(self, memory, with_alignments=False, noise_from=None):
         """Make `call` read `memory` in this thread until the block ends; with
         `with_alignments`, `call` outputs `[output ; alignment]` so an RNN
-        collects the alignment history. Other threads do not see it."""
+        collects the alignment history. `noise_from`: the step inputs'
+        features from this index on are the attention's `step_noise` for the
+        step (`split_step_noise`). Other threads do not see it."""
         table, key = _bindings(), id(self)
         previous = table.get(key)
-        table[key] = (memory, with_alignments)
+        table[key] = (memory, with_alignments, noise_from)
         try:
             yield self
         finally:
@@ -169,25 +171,34 @@ class AttentionCell(keras.layers.Layer):
             else:
                 table[key] = previous
 
-    def attend(self, query, memory, attention_state=(), training=None):
+    def attend(self, query, memory, attention_state=(), training=None, noise=None):
         """Context `(B, dv)`, alignment `(B, Ts)` and the attention's new state
-        for queries `(B, dq)`, from the attention's state at this step."""
+        for queries `(B, dq)`, from the attention's state at this step.
+        `noise (B, Ts)`: the step's slice of the attention's `step_noise`."""
+        # Passed only when drawn: an attention written before the argument
+        # existed still steps.
+        kwargs = {} if noise is None else {"noise": noise}
         return self.attention.attend_step(
-            query, memory.keys, memory.values, memory.mask, attention_state, training=training
+            query, memory.keys, memory.values, memory.mask, attention_state, training=training, **kwargs
         )
 
-    def step(self, inputs, states, memory, training=None):
+    def step(self, inputs, states, memory, training=None, noise=None):
         """One decoder step: `(output, new_states, alignment)`.
 
         `states` are the cell's states (`state_size`); `memory` comes from
-        `prepare_memory`. This is the stateless form for custom loops.
+        `prepare_memory`. This is the stateless form for custom loops. In a
+        loop that trains with a random attention (dropout, monotonic
+        attention's `sigmoid_noise`), draw `attention.step_noise(B, steps,
+        Ts, training)` before the loop and pass step `t`'s slice `(B, Ts)`
+        as `noise`: the attention's seed generator cannot advance inside a
+        loop on JAX or under XLA.
         """
         states = list(states)
         recurrent_count = len(self.recurrent_state_size)
         attention_state, new_attention_state = states[recurrent_count:], []
 
         def attend(query):
-            context, alignment, state = self.attend(query, memory, attention_state, training=training)
+            context, alignment, state = self.attend(query, memory, attention_state, training=training, noise=noise)
             new_attention_state.extend(state)
             return context, alignment
 
@@ -264,6 +275,29 @@ class AttentionCell(keras.layers.Layer):
     def reset_dropout_masks(self):
         """Forget the masks drawn by `prepare_dropout_masks`."""
 
+    def draw_step_noise(self, inputs, memory, training=None):
+        """Before a Keras RNN over `inputs (B, Tt, dx)`: the inputs with the
+        attention's `step_noise` for every step appended as features, and the
+        index where the noise starts (None, inputs unchanged, when the
+        attention draws nothing). Bind with `noise_from` that index."""
+        shape = _checks.static_shape(inputs.shape)
+        batch, steps = (ops.shape(inputs)[i] if shape[i] is None else shape[i] for i in (0, 1))
+        memory_length = memory.values.shape[1]
+        memory_length = ops.shape(memory.values)[1] if memory_length is None else memory_length
+        noise = self.attention.step_noise(batch, steps, memory_length, training=training)
+        if noise is None:
+            return inputs, None
+        return ops.concatenate([inputs, ops.cast(noise, inputs.dtype)], axis=-1), shape[-1]
+
+    def split_step_noise(self, inputs):
+        """A step's `(inputs, noise or None)`, the noise cut off the inputs'
+        features as the current binding says (`draw_step_noise`)."""
+        bound = _bindings().get(id(self))
+        noise_from = None if bound is None else bound[2]
+        if noise_from is None:
+            return inputs, None
+        return inputs[:, :noise_from], inputs[:, noise_from:]
+
     def call(self, inputs, states, training=None):
         bound = _bindings().get(id(self))
         if bound is None:
@@ -273,8 +307,9 @@ class AttentionCell(keras.layers.Layer):
                 "`memory = cell.prepare_memory(values, mask)`, or wrap your RNN call in "
                 "`with cell.bind(memory):`."
             )
-        memory, with_alignments = bound
-        output, new_states, alignment = self.step(inputs, list(states), memory, training=training)
+        memory, with_alignments, _ = bound
+        inputs, noise = self.split_step_noise(inputs)
+        output, new_states, alignment = self.step(inputs, list(states), memory, training=training, noise=noise)
         if with_alignments:
             output = ops.concatenate([output, ops.cast(alignment, output.dtype)], axis=-1)
         return output, new_states

@@ -75,9 +75,12 @@ def run_rnn(
         initial_state = OutputLeadsStates.initial_state(
             ops.shape(inputs)[0], step_output_dim, initial_state, cell.compute_dtype
         )
+    # The attention's random numbers (dropout, monotonic noise) for every
+    # step ride along as input features: drawn here, each step reads its own.
+    inputs, noise_from = cell.draw_step_noise(inputs, prepared, training=training)
     rnn = keras.layers.RNN(step_cell, return_sequences=return_sequences, return_state=True, dtype=dtype_policy)
     try:
-        with cell.bind(prepared, with_alignments=with_alignments):
+        with cell.bind(prepared, with_alignments=with_alignments, noise_from=noise_from):
             output, *states = rnn(inputs, initial_state=initial_state, mask=inputs_mask, training=training)
     finally:
         cell.reset_dropout_masks()

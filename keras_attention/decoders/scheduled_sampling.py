@@ -228,6 +228,7 @@ class ScheduledSamplingDecoder(keras.layers.Layer):
         readout_size = self._readout_size(dy)
 
         def step(inputs, states, training):
+            inputs, noise = self.cell.split_step_noise(inputs)
             gold, coin, draw = inputs[:, :dy], inputs[:, dy], inputs[:, dy + 1]
             *cell_states, previous = states
             # The model's own prediction from the previous step; the choice is not differentiated.
@@ -236,7 +237,7 @@ class ScheduledSamplingDecoder(keras.layers.Layer):
             predicted = self.embedding(ops.expand_dims(self._choose(ops.squeeze(logits, 1), draw), 1), training=False)
             predicted = ops.squeeze(predicted, 1)
             fed = ops.where(ops.expand_dims(ops.greater(coin, 0.5), 1), ops.cast(predicted, gold.dtype), gold)
-            output, new_states, alignment = self.cell.step(fed, cell_states, prepared, training=training)
+            output, new_states, alignment = self.cell.step(fed, cell_states, prepared, training=training, noise=noise)
             readout = ops.concatenate([output, ops.cast(fed, output.dtype)], -1) if self.output_uses_inputs else output
             parts = [output, ops.cast(fed, output.dtype), ops.cast(alignment, output.dtype)]
             return ops.concatenate(parts, -1), list(new_states) + [readout]

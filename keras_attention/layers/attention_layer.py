@@ -9,6 +9,7 @@ and multi-head attention) inherit this class directly.
 """
 
 import keras
+from keras import ops
 
 from keras_attention import _checks
 
@@ -54,10 +55,20 @@ class AttentionLayer(keras.layers.Layer):
         self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout > 0 else None
         self.supports_masking = True
 
-    def drop_weights(self, weights, training=None):
-        """Dropout on attention weights in training; the weights as they are otherwise."""
+    def drop_weights(self, weights, training=None, noise=None):
+        """Dropout on attention weights in training; the weights as they are otherwise.
+
+        `noise`, uniform in [0, 1) and broadcastable to `weights`, decides
+        which weights drop (those whose entry is below `dropout`) in place
+        of a draw from the layer's seed generator: a decoder loop draws it
+        before the loop (`step_noise`).
+        """
         if training and self.dropout > 0:
-            weights = keras.random.dropout(weights, self.dropout, seed=self.seed_generator)
+            if noise is None:
+                return keras.random.dropout(weights, self.dropout, seed=self.seed_generator)
+            keep = ops.greater_equal(ops.cast(noise, "float32"), self.dropout)
+            scaled = weights / ops.cast(1.0 - self.dropout, weights.dtype)
+            weights = ops.where(keep, scaled, ops.zeros_like(weights))
         return weights
 
     def adopt_score_layer(self, score, created_for):

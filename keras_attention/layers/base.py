@@ -14,6 +14,7 @@ keys once per sequence and only the query once per step:
     scores          = layer.score(projected_query, projected_key)
 """
 
+import keras
 from keras import ops
 
 from keras_attention import _checks
@@ -21,6 +22,12 @@ from keras_attention.layers.attention_layer import AttentionLayer
 from keras_attention.ops import masked_softmax
 
 __all__ = ["BaseAttention", "combine_masks", "prepare_call"]
+
+
+def _noise_kwargs(noise):
+    """`noise` as a keyword only when there is some: a subclass written
+    before the argument existed still works where nothing is pre-drawn."""
+    return {} if noise is None else {"noise": noise}
 
 
 def prepare_call(layer, query, value, key, query_mask, value_mask, attention_mask, causal, causal_in_mask=True):
@@ -130,9 +137,10 @@ class BaseAttention(AttentionLayer):
         """Return raw scores `(B, Tq, Tv)` from projected queries and keys."""
         raise NotImplementedError(f"{type(self).__name__} must implement score(projected_query, projected_key).")
 
-    def attention_weights(self, scores, mask, training=None):
-        """Turn scores `(B, Tq, Tv)` into weights; masked entries get zero."""
-        return self.drop_weights(masked_softmax(scores, mask), training)
+    def attention_weights(self, scores, mask, training=None, noise=None):
+        """Turn scores `(B, Tq, Tv)` into weights; masked entries get zero.
+        `noise`: this step's slice of `step_noise` (None: drawn here)."""
+        return self.drop_weights(masked_softmax(scores, mask), training, noise=noise)
 
     # ------------------------------------------------------------------ core
 
@@ -147,14 +155,16 @@ class BaseAttention(AttentionLayer):
         self.score_sizes = (query_dim, key_dim)
         self.built = True
 
-    def attend(self, projected_query, projected_key, value, mask=None, training=None):
+    def attend(self, projected_query, projected_key, value, mask=None, training=None, noise=None):
         """Weights and context from already projected rank-3 queries and keys.
 
         This is the step a decoder runs per time step with `projected_key`
         computed once. Returns `(context (B, Tq, dv), weights (B, Tq, Tv))`.
+        `noise` (broadcastable to the weights): the random numbers of this
+        step, drawn before a decoder's loop (`step_noise`); None draws them here.
         """
         scores = self.score(projected_query, projected_key)
-        weights = self.attention_weights(scores, mask, training=training)
+        weights = self.attention_weights(scores, mask, training=training, **_noise_kwargs(noise))
         weights = ops.cast(weights, value.dtype)
         return ops.matmul(weights, value), weights
 
@@ -199,23 +209,41 @@ class BaseAttention(AttentionLayer):
         """The attention's states at the first step, for the memory `values (B, Ts, dv)`."""
         return []
 
-    def attend_step(self, query, projected_key, value, mask=None, attention_state=(), training=None):
+    def step_noise(self, batch_size, steps, memory_length, training=None):
+        """The random numbers of `steps` decoder steps, drawn at once before
+        the decoder's loop: `(B, steps, Ts)` float32, or None when the
+        attention draws none (here: uniform in [0, 1) for the dropout in
+        training). The loop passes step `t`'s slice to `attend_step(noise=...)`.
+
+        Drawn outside the loop because a `keras.random.SeedGenerator` is a
+        variable: advanced inside a loop's body it leaks tracers on JAX and
+        does not compile with XLA. One draw per sequence still gives every
+        step its own mask.
+        """
+        if not (training and self.dropout > 0):
+            return None
+        return keras.random.uniform((batch_size, steps, memory_length), seed=self.seed_generator)
+
+    def attend_step(self, query, projected_key, value, mask=None, attention_state=(), training=None, noise=None):
         """One decoder step: `(context (B, dv), weights (B, Ts), new attention state)`.
 
         `query (B, dq)` is the step's query, `projected_key` the memory's
         keys through `project_key` (once per sequence), `value (B, Ts, dv)`,
         `mask (B, Ts)` boolean or None, and `attention_state` the list of
-        `attention_state_size` states the previous step returned.
+        `attention_state_size` states the previous step returned. `noise
+        (B, Ts)`: this step's slice of `step_noise` (None: drawn here).
         """
-        context, weights = self._attend_one_query(query, projected_key, value, mask, training)
+        context, weights = self._attend_one_query(query, projected_key, value, mask, training, noise=noise)
         return context, weights, []
 
-    def _attend_one_query(self, query, projected_key, value, mask, training, **kwargs):
+    def _attend_one_query(self, query, projected_key, value, mask, training, noise=None, **kwargs):
         """`attend` for one query `(B, dq)` per example: `(context (B, dv), weights (B, Ts))`."""
         # Projecting the rank-2 query keeps the step's matmuls 2-D (a rank-3
         # one lowers to a tensordot that XLA cannot compile in the loop's
         # gradient).
         projected_query = ops.expand_dims(self.project_query(query), 1)
         mask = None if mask is None else ops.expand_dims(mask, 1)
+        if noise is not None:
+            kwargs["noise"] = ops.expand_dims(noise, 1)
         context, weights = self.attend(projected_query, projected_key, value, mask, training=training, **kwargs)
         return ops.squeeze(context, 1), ops.squeeze(weights, 1)

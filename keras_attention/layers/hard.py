@@ -133,12 +133,27 @@ class HardAttention(BaseAttention):
     def score(self, projected_query, projected_key):
         return self.score_layer.score(projected_query, projected_key)
 
-    def attention_weights(self, scores, mask, training=None):
+    def step_noise(self, batch_size, steps, memory_length, training=None):
+        """The Gumbel draws of "sample" mode for `steps` decoder steps, drawn
+        before the loop (see `BaseAttention.step_noise`): `(B, steps, Ts)`
+        uniform in (0, 1), or None in "argmax" mode."""
+        if self.mode != "sample":
+            return None
+        tiny = float(np.finfo("float32").tiny)
+        return keras.random.uniform(
+            (batch_size, steps, memory_length), minval=tiny, maxval=1.0, seed=self.noise_seed_generator
+        )
+
+    def attention_weights(self, scores, mask, training=None, noise=None):
         logits = ops.cast(scores, "float32")
         if self.mode == "sample":
-            tiny = float(np.finfo("float32").tiny)
-            uniform = keras.random.uniform(ops.shape(logits), minval=tiny, maxval=1.0, seed=self.noise_seed_generator)
-            logits = logits - ops.log(-ops.log(uniform))
+            if noise is None:
+                tiny = float(np.finfo("float32").tiny)
+                noise = keras.random.uniform(ops.shape(logits), minval=tiny, maxval=1.0, seed=self.noise_seed_generator)
+            # Clipped: pre-drawn noise may have come through a float16 loop
+            # input, where draws round to 0 or 1 (infinite Gumbel noise).
+            noise = ops.clip(ops.cast(noise, "float32"), float(np.finfo("float32").tiny), 1.0 - 2.0**-24)
+            logits = logits - ops.log(-ops.log(noise))
         if mask is None:
             mask = ops.ones_like(logits, dtype="bool")
         else:

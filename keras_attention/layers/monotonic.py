@@ -157,18 +157,37 @@ class _Monotonic:
     def initial_attention_state(self, values):
         return [self.initial_alignment(values)]
 
-    def attend_step(self, query, projected_key, value, mask=None, attention_state=(), training=None):
+    def step_noise(self, batch_size, steps, memory_length, training=None):
+        """The pre-sigmoid noise of `steps` decoder steps in training, drawn
+        before the loop (see `BaseAttention.step_noise`): `(B, steps, Ts)`
+        standard normal, or None outside training or without `sigmoid_noise`."""
+        if not (training and self.sigmoid_noise > 0):
+            return None
+        return keras.random.normal((batch_size, steps, memory_length), seed=self.noise_seed_generator)
+
+    def attend_step(self, query, projected_key, value, mask=None, attention_state=(), training=None, noise=None):
         (previous_alignment,) = attention_state
         context, alignment = self._attend_one_query(
-            query, projected_key, value, mask, training, previous_alignment=ops.expand_dims(previous_alignment, 1)
+            query,
+            projected_key,
+            value,
+            mask,
+            training,
+            noise=noise,
+            previous_alignment=ops.expand_dims(previous_alignment, 1),
         )
         return context, alignment, [alignment]
 
-    def attend(self, projected_query, projected_key, value, mask=None, training=None, previous_alignment=None):
+    def attend(
+        self, projected_query, projected_key, value, mask=None, training=None, previous_alignment=None, noise=None
+    ):
         """One monotonic step: `(context (B, Tq, dv), alignment (B, Tq, Ts))`.
 
         `previous_alignment (B, Tq, Ts)` (or broadcastable) defaults to the
-        initial alignment, one-hot at position 0.
+        initial alignment, one-hot at position 0. `noise` (broadcastable to
+        the alignment): standard normal draws for the pre-sigmoid noise in
+        training, drawn before a decoder's loop (`step_noise`); None draws
+        them here.
         """
         if previous_alignment is None:
             previous_alignment = ops.expand_dims(self.initial_alignment(value), 1)
@@ -181,9 +200,9 @@ class _Monotonic:
             # Raffel et al. add the noise in training only, to push the
             # energies out of the sigmoid's linear range so that the hard
             # test-time process matches the trained expectation.
-            energy = energy + self.sigmoid_noise * keras.random.normal(
-                ops.shape(energy), dtype=work, seed=self.noise_seed_generator
-            )
+            if noise is None:
+                noise = keras.random.normal(ops.shape(energy), dtype=work, seed=self.noise_seed_generator)
+            energy = energy + self.sigmoid_noise * ops.cast(noise, work)
         if self.mode == "hard":
             p_choose = ops.cast(ops.greater(energy, 0.0), work)
         else:

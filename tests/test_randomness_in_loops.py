@@ -1,0 +1,113 @@
+"""Random numbers inside decoder loops (issue 18): attention dropout and
+monotonic attention's pre-sigmoid noise are drawn before the loop
+(`step_noise`). A seed generator advanced inside a loop leaks
+tracers on JAX and does not compile with XLA.
+
+Backend-neutral: runs as it is under KERAS_BACKEND=jax or torch."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import keras_attention as ka
+
+pytestmark = pytest.mark.any_backend
+
+B, TT, TS = 3, 6, 8
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(B, TT, 3)).astype("float32"), rng.normal(size=(B, TS, 5)).astype("float32")
+
+
+ATTENTIONS = {
+    "dropout": lambda seed: ka.AdditiveAttention(4, dropout=0.5, seed=seed),
+    "sigmoid_noise": lambda seed: ka.BahdanauMonotonicAttention(4, sigmoid_noise=1.0, seed=seed),
+}
+
+
+def _decoder(kind, seed=1):
+    keras.utils.set_random_seed(0)  # the same weights for the same kind
+    return ka.AttentionDecoder(ka.AttentionGRUCell(6, ATTENTIONS[kind](seed)), return_alignments=True)
+
+
+def _alignments(decoder, training):
+    inputs, memory = _data()
+    return ops.convert_to_numpy(decoder(inputs, memory, training=training)[1])
+
+
+def test_attention_dropout_in_a_decoder_is_per_step_and_in_training_only():
+    decoder = _decoder("dropout")
+    inference = _alignments(decoder, False)
+    np.testing.assert_array_equal(inference, _alignments(decoder, False))
+    np.testing.assert_allclose(inference.sum(-1), 1.0, rtol=1e-5)
+    trained = _alignments(decoder, True)
+    dropped = trained == 0
+    assert 0.3 < dropped.mean() < 0.7
+    # The first step's query is the zero initial state in both runs: the
+    # kept weights are the inference weights over the keep probability.
+    np.testing.assert_allclose(trained[:, 0], np.where(dropped[:, 0], 0.0, inference[:, 0] / 0.5), rtol=1e-5)
+    # Every step has a mask of its own, and so does every call.
+    assert len({dropped[:, t].tobytes() for t in range(TT)}) == TT
+    assert not np.array_equal(dropped, _alignments(decoder, True) == 0)
+
+
+@pytest.mark.parametrize("kind", sorted(ATTENTIONS))
+def test_the_same_seed_draws_the_same_noise_in_a_decoder(kind):
+    first, again = _alignments(_decoder(kind, seed=4), True), _alignments(_decoder(kind, seed=4), True)
+    np.testing.assert_array_equal(first, again)
+    assert not np.allclose(first, _alignments(_decoder(kind, seed=5), True))
+
+
+def test_sigmoid_noise_in_a_decoder_in_training_only():
+    decoder = _decoder("sigmoid_noise")
+    inference = _alignments(decoder, False)
+    np.testing.assert_array_equal(inference, _alignments(decoder, False))
+    trained = _alignments(decoder, True)
+    assert np.abs(trained - inference).max() > 1e-2
+    assert np.all(trained >= 0) and np.all(trained.sum(-1) <= 1 + 1e-5)
+
+
+@pytest.mark.parametrize("kind", sorted(ATTENTIONS))
+def test_step_noise_is_drawn_for_every_step_in_training_only(kind):
+    attention = ATTENTIONS[kind](3)
+    assert attention.step_noise(2, 4, 5, training=False) is None
+    noise = ops.convert_to_numpy(attention.step_noise(2, 4, 5, training=True))
+    assert noise.shape == (2, 4, 5)
+    assert len({noise[:, t].tobytes() for t in range(4)}) == 4
+    if kind == "dropout":
+        assert noise.min() >= 0 and noise.max() < 1
+    np.testing.assert_array_equal(noise, ops.convert_to_numpy(ATTENTIONS[kind](3).step_noise(2, 4, 5, True)))
+
+
+@pytest.mark.parametrize("kind", sorted(ATTENTIONS))
+def test_a_training_step_through_the_noisy_loop_reaches_the_attention(kind):
+    inputs, memory = _data()
+    decoder = _decoder(kind)
+    target_in, memory_in = keras.Input((None, 3)), keras.Input((None, 5))
+    outputs, _ = decoder(target_in, memory_in)
+    model = keras.Model([target_in, memory_in], keras.layers.Dense(2)(outputs))
+    model.compile(keras.optimizers.SGD(0.5), "mse")
+    attention = decoder.cell.attention
+    before = [ops.convert_to_numpy(w) for w in attention.trainable_weights]
+    loss = model.train_on_batch([inputs, memory], np.ones((B, TT, 2), "float32"))
+    assert np.isfinite(loss)
+    after = [ops.convert_to_numpy(w) for w in attention.trainable_weights]
+    assert all(not np.allclose(a, b) for a, b in zip(before, after))
+
+
+def test_scheduled_sampling_with_attention_dropout_trains_its_loop():
+    keras.utils.set_random_seed(0)
+    cell = ka.AttentionGRUCell(6, ka.AdditiveAttention(4, dropout=0.5, seed=2))
+    decoder = ka.ScheduledSamplingDecoder(
+        cell, keras.layers.Embedding(7, 3), keras.layers.Dense(7), sampling_probability=0.5, return_alignments=True
+    )
+    ids = np.array([[1, 4, 5, 2, 3, 6]] * B)
+    _, memory = _data()
+    _, alignments = decoder(ids, memory, training=True)
+    dropped = ops.convert_to_numpy(alignments) == 0
+    assert 0.3 < dropped.mean() < 0.7
+    _, alignments = decoder(ids, memory, training=False)
+    np.testing.assert_allclose(ops.convert_to_numpy(alignments).sum(-1), 1.0, rtol=1e-5)
