@@ -1,6 +1,7 @@
 """Random numbers inside decoder loops (issue 18): attention dropout and
 monotonic attention's pre-sigmoid noise are drawn before the loop
-(`step_noise`). A seed generator advanced inside a loop leaks
+(`step_noise`), sampling's Gumbel noise is hashed from per-example seeds
+drawn before the loop. A seed generator advanced inside a loop leaks
 tracers on JAX and does not compile with XLA.
 
 Backend-neutral: runs as it is under KERAS_BACKEND=jax or torch."""
@@ -11,6 +12,8 @@ import pytest
 from keras import ops
 
 import keras_attention as ka
+from keras_attention.decoding import sampling_search
+from keras_attention.decoding.hashed_random import hashed_uniform
 
 pytestmark = pytest.mark.any_backend
 
@@ -111,3 +114,64 @@ def test_scheduled_sampling_with_attention_dropout_trains_its_loop():
     assert 0.3 < dropped.mean() < 0.7
     _, alignments = decoder(ids, memory, training=False)
     np.testing.assert_allclose(ops.convert_to_numpy(alignments).sum(-1), 1.0, rtol=1e-5)
+
+
+def _hash_reference(seeds, time, vocabulary):
+    """`hashed_uniform` in NumPy int64, as it was first written."""
+    modulus, key, step = 2**31, (0x42B2AE35, 0x05EBCA6B), 0x1E3779B9
+
+    def mix(x):
+        x = x % modulus
+        y = (x * key[0]) % modulus
+        z = (y + key[1]) % modulus
+        for add in (y, z, y, z):
+            x = (x * x + add) % modulus
+            x = (x % 2**16) * 2**15 + x // 2**16
+        return x
+
+    row = mix(mix(np.asarray(seeds, np.int64)) + (time + 1) * step)
+    cell = mix(row[:, None] + (np.arange(vocabulary, dtype=np.int64) + 1)[None, :] * step)
+    return ((cell // 256).astype(np.float32) + 0.5) / 2**23
+
+
+@pytest.mark.parametrize("time", [0, 7, 100_000, 2**31 - 2])
+def test_hashed_uniform_needs_no_int64_and_keeps_its_values(time):
+    # Without int64 (JAX's default), the same bits as the int64 arithmetic.
+    seeds = np.array([0, 1, 12345, 2**31 - 2, 2**31 - 1], "int32")
+    got = ops.convert_to_numpy(hashed_uniform(seeds, time, 50))
+    np.testing.assert_array_equal(got, _hash_reference(seeds, time, 50))
+
+
+class _Model:
+    """A step function over a fixed table of logits per previous token."""
+
+    def __init__(self):
+        self.table = np.log(np.random.default_rng(1).dirichlet(np.ones(6), size=6)).astype("float32")
+
+    def __call__(self, ids, states):
+        return ops.take(self.table, ids, axis=0), states, ops.zeros((ops.shape(ids)[0], 2))
+
+
+def test_sampling_draws_per_example_seeds_from_its_generator_before_the_loop():
+    model, state = _Model(), [np.zeros((4, 1), "float32")]
+    first = ops.convert_to_numpy(sampling_search(model, state, 0, 5, 5, seed=3)["ids"])
+    np.testing.assert_array_equal(first, ops.convert_to_numpy(sampling_search(model, state, 0, 5, 5, seed=3)["ids"]))
+    rows = keras.random.randint((4,), 0, 2**31 - 1, dtype="int32", seed=keras.random.SeedGenerator(3))
+    np.testing.assert_array_equal(first, ops.convert_to_numpy(sampling_search(model, state, 0, 5, 5, seed=rows)["ids"]))
+    assert not np.array_equal(first, ops.convert_to_numpy(sampling_search(model, state, 0, 5, 5, seed=4)["ids"]))
+
+
+def test_a_sampling_decoder_in_a_compiled_predict_gives_new_samples_per_call():
+    keras.utils.set_random_seed(0)
+    cell = ka.AttentionGRUCell(6, ka.AdditiveAttention(4))
+    decoder = ka.InferenceDecoder(
+        cell, keras.layers.Embedding(7, 3), keras.layers.Dense(7), 0, 1, 5, method="sample", seed=3
+    )
+    memory_in = keras.Input((None, 5))
+    model = keras.Model(memory_in, decoder(memory_in)["ids"])
+    memory = np.repeat(_data()[1][:1], 16, axis=0)
+    first, second = model.predict(memory, verbose=0), model.predict(memory, verbose=0)
+    assert first.shape == (16, 5) and first.min() >= 0 and first.max() < 7
+    # Identical rows of the batch sample apart (a seed each), and so do calls.
+    assert len({row.tobytes() for row in first}) > 1
+    assert not np.array_equal(first, second)

@@ -190,11 +190,14 @@ def sampling_search(
         top_p: in (0, 1]; keep the smallest set of most likely tokens whose
             probability (after temperature and `top_k`) reaches it (1: all).
         seed: an int or a `keras.random.SeedGenerator` (inside a compiled
-            function pass a SeedGenerator created outside it); or a
-            `(batch,)` tensor of integer seeds >= 0, one per example: the
-            draws are then `hashed_uniform(seed, step, token)`, a pure
-            function of them, identical in Keras, SavedModel and ONNX and
-            independent of the rest of the batch.
+            function pass a SeedGenerator created outside it): one integer
+            seed per example is drawn from it before the loop; or a
+            `(batch,)` tensor of integer seeds >= 0, one per example. The
+            draws are `hashed_uniform(seed, step, token)`, a pure function
+            of the example's seed, identical in Keras, SavedModel and ONNX,
+            independent of the rest of the batch, and free of random state
+            inside the loop (a seed generator advanced there leaks tracers
+            on JAX and does not compile with XLA).
 
     Returns:
         As `greedy_search`.
@@ -205,11 +208,12 @@ def sampling_search(
     )
     top_k = _loop.option_rows(top_k, "int32", lambda v: _checks.check_positive_int(owner, "top_k", v, allow_none=True))
     top_p = _loop.option_rows(top_p, "float32", lambda v: check_top_p(owner, v))
-    hashed = _loop.is_rows(seed) and not isinstance(seed, keras.random.SeedGenerator)
-    if hashed:
+    if _loop.is_rows(seed) and not isinstance(seed, keras.random.SeedGenerator):
         seed = _loop.option_rows(seed, "int32", None)
-    elif not isinstance(seed, keras.random.SeedGenerator):
-        seed = keras.random.SeedGenerator(seed)
+    else:
+        generator = seed if isinstance(seed, keras.random.SeedGenerator) else keras.random.SeedGenerator(seed)
+        batch = _loop.batch_size_of(start_tokens, initial_state)
+        seed = keras.random.randint((batch,), 0, 2**31 - 1, dtype="int32", seed=generator)
     tiny = float(np.finfo("float32").tiny)
     # A temperature under float32's smallest normal number would flush to a
     # subnormal or to zero in float32: at that temperature sampling is argmax
@@ -229,10 +233,7 @@ def sampling_search(
         logits = _top_k_filter(logits, top_k)
         if _loop.is_rows(top_p) or top_p < 1:
             logits = top_p_filter(logits, top_p)
-        if hashed:
-            uniform = hashed_uniform(seed, time, ops.shape(logits)[-1])
-        else:
-            uniform = keras.random.uniform(ops.shape(logits), minval=tiny, maxval=1.0, seed=seed)
+        uniform = hashed_uniform(seed, time, ops.shape(logits)[-1])
         return first_max_index(logits - ops.log(-ops.log(uniform)))
 
     return _single_path_search(

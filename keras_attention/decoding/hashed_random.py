@@ -1,24 +1,54 @@
 """Uniform draws that are a pure function of (seed, step, token): the same in every runtime.
 
-`sampling_search` with per-example seeds draws its Gumbel noise from
-`hashed_uniform`: integer arithmetic only (products of numbers below 2**31
-in int64, floor division and remainder; no bitwise op, which ONNX lacks
-before opset 18), so Keras, the SavedModel and onnxruntime compute the same
-bits, and a request's sample depends on its seed alone, not on its batch or
-its place in it. A stateful `keras.random.SeedGenerator` gives neither: its
-state advances per call and ONNX has no equivalent of its random ops.
+`sampling_search` draws its Gumbel noise from `hashed_uniform`: integer
+arithmetic only (floor division and remainder, no bitwise op, which ONNX
+lacks before opset 18), so Keras, the SavedModel and onnxruntime compute the
+same bits, and a request's sample depends on its seed alone, not on its
+batch or its place in it. A stateful `keras.random.SeedGenerator` gives
+neither: its state advances per call (inside a decoding loop that leaks
+tracers on JAX and does not compile with XLA) and ONNX has no equivalent of
+its random ops.
+
+Everything is int32 with no intermediate at or above 2**31: JAX has no int64
+unless x64 is enabled, and a wrapped signed overflow is not defined
+everywhere. Products of 31-bit values go through 11-bit limbs (`_mulmod`);
+the result is the same function as 31-bit modular arithmetic in int64.
 """
 
 from keras import ops
 
 __all__ = ["hashed_uniform"]
 
-# Values live in [0, 2**31): a square or a product of two of them stays
-# below 2**62, exact in int64 in every runtime.
+# Values live in [0, 2**31).
 _MODULUS = 2**31
 _HALF = 2**16
+_LIMB = 2**11
 _KEY = (0x42B2AE35, 0x05EBCA6B)  # odd constants of the 32-bit hash finalisers, cut to 31 bits
 _STEP = 0x1E3779B9  # spreads consecutive steps and tokens apart before mixing
+
+
+def _limbs(x):
+    return ops.mod(x, _LIMB), ops.mod(ops.floor_divide(x, _LIMB), _LIMB), ops.floor_divide(x, _LIMB * _LIMB)
+
+
+def _mulmod(x, y):
+    """`x * y mod 2**31` for int32 `0 <= x, y < 2**31`, every intermediate
+    below 2**31: x = x2 2**22 + x1 2**11 + x0 (x2 < 2**9), and the limb
+    products whose weight reaches 2**31 vanish."""
+    x0, x1, x2 = _limbs(x)
+    y0, y1, y2 = _limbs(y)
+    low = x0 * y0  # < 2**22
+    middle = ops.mod(x0 * y1 + x1 * y0, 2**20)  # weight 2**11
+    high = ops.mod(x0 * y2 + x1 * y1 + x2 * y0, 2**9)  # weight 2**22
+    middle = ops.mod(ops.floor_divide(low, _LIMB) + middle + high * _LIMB, 2**20)
+    return middle * _LIMB + ops.mod(low, _LIMB)
+
+
+def _addmod(a, b):
+    """`(a + b) mod 2**31` for int32 `0 <= a, b < 2**31`, without overflow."""
+    wrapped = a - (_MODULUS - 1 - b) - 1  # a + b - 2**31, in [-2**31, 2**31)
+    below = ops.cast(ops.less(wrapped, 0), wrapped.dtype)
+    return wrapped + below * (_MODULUS - 1) + below
 
 
 def _rotate(x):
@@ -27,16 +57,16 @@ def _rotate(x):
 
 
 def _mix(x):
-    """Scramble int64 values: four rounds of square, add a key, rotate, as
-    Widynski's counter-based "Squares" generator (arXiv:2004.06278), in 31
-    bits. Measured on 4000 seeds x 50 tokens: uniform (Kolmogorov-Smirnov),
-    no structure between neighbouring tokens, seeds or steps (10 x 10
-    chi-squared), and Gumbel-max draws with the target frequencies."""
-    x = ops.mod(x, _MODULUS)
-    y = ops.mod(x * _KEY[0], _MODULUS)
-    z = ops.mod(y + _KEY[1], _MODULUS)
+    """Scramble values in [0, 2**31): four rounds of square, add a key,
+    rotate, as Widynski's counter-based "Squares" generator
+    (arXiv:2004.06278), in 31 bits. Measured on 4000 seeds x 50 tokens:
+    uniform (Kolmogorov-Smirnov), no structure between neighbouring tokens,
+    seeds or steps (10 x 10 chi-squared), and Gumbel-max draws with the
+    target frequencies."""
+    y = _mulmod(x, _KEY[0])
+    z = _addmod(y, _KEY[1])
     for add in (y, z, y, z):
-        x = _rotate(ops.mod(x * x + add, _MODULUS))
+        x = _rotate(_addmod(_mulmod(x, x), add))
     return x
 
 
@@ -60,10 +90,10 @@ def hashed_uniform(seeds, time, vocabulary):
     # rows 0 and 1 are equal; row 2 differs; every value in (0, 1)
     ```
     """
-    seeds = ops.cast(seeds, "int64")
-    time = ops.cast(time, "int64")
-    row = _mix(_mix(seeds) + (time + 1) * _STEP)
-    tokens = ops.arange(vocabulary, dtype="int64")
-    cell = _mix(ops.expand_dims(row, 1) + ops.expand_dims(tokens + 1, 0) * _STEP)
+    seeds = ops.cast(seeds, "int32")
+    time = ops.cast(time, "int32")
+    row = _mix(_addmod(_mix(seeds), _mulmod(time + 1, _STEP)))
+    tokens = ops.arange(vocabulary, dtype="int32")
+    cell = _mix(_addmod(ops.expand_dims(row, 1), ops.expand_dims(_mulmod(tokens + 1, _STEP), 0)))
     bits = ops.floor_divide(cell, 256)  # 23 bits
     return (ops.cast(bits, "float32") + 0.5) / float(2**23)
