@@ -11,6 +11,9 @@ import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 README = HERE.parent / "README.md"
+sys.path.insert(0, str(HERE.parent / "tools"))
+from readme_block import replace_block  # noqa: E402
+
 BEGIN, END = "<!-- bench-results:begin -->", "<!-- bench-results:end -->"
 
 
@@ -469,11 +472,7 @@ def readme_block(results):
 
 
 def updated_readme(text, results):
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"error: {README} has no {BEGIN} ... {END} block")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{readme_block(results)}\n{END}{tail}"
+    return replace_block(text, BEGIN, END, readme_block(results), README)
 
 
 def main(argv=None):

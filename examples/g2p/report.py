@@ -28,6 +28,9 @@ SERVING = (
     ("g2p_cmudict_serving_one.json", "the first model of the default ensemble, alone"),
 )
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from readme_block import replace_block
 
 import data
 
@@ -229,11 +232,7 @@ def render():
 
 
 def updated_readme(text):
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"error: {README} has no {BEGIN} ... {END} block")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{render()}\n{END}{tail}"
+    return replace_block(text, BEGIN, END, render(), README)
 
 
 def main(argv=None):
