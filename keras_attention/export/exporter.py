@@ -52,6 +52,22 @@ def _check_opset(opset):
     return opset
 
 
+def _check_backend():
+    """Export runs through TensorFlow on every format: the SavedModel is
+    TensorFlow's, and the ONNX files, decode loops included, are converted
+    from its graphs by tf2onnx. Weights are backend-neutral, so a model
+    trained on JAX or PyTorch exports from its `.keras` file under
+    TensorFlow."""
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise RuntimeError(
+            f"export_model needs the TensorFlow backend (SavedModel and ONNX are both written from "
+            f"TensorFlow graphs); the Keras backend is {backend!r}. Save the model (`model.save('m.keras')`) "
+            "and export the file with KERAS_BACKEND=tensorflow: `KERAS_BACKEND=tensorflow "
+            "keras-attention-export m.keras OUT_DIR`."
+        )
+
+
 def export_model(
     model,
     directory,
@@ -127,6 +143,8 @@ def export_model(
         ExportError (a ValueError): an op does not convert (named), or an
             output does not match Keras (named).
         ValueError: invalid arguments or an unreadable `.keras` file.
+        RuntimeError: the Keras backend is not TensorFlow (export goes
+            through TensorFlow: export the model's `.keras` file there).
 
     Example:
 
@@ -142,6 +160,7 @@ def export_model(
     ```
     """
     started = time.perf_counter()
+    _check_backend()
     formats = _check_formats(formats)
     opset = _check_opset(opset)
     quantize = _check_quantize(quantize, formats)
