@@ -578,6 +578,22 @@ def token_batch(rng, batch, length, vocabulary=20, min_length=1):
     return ids
 
 
+class VaryingLengthBatches(keras.utils.PyDataset):
+    """`batches` (tuples of arrays of various batch sizes and lengths), one
+    per step, in order: what `fit` reads on the backends without tf.data
+    (each new shape is a new trace under JAX's jit)."""
+
+    def __init__(self, batches):
+        super().__init__()
+        self.batches = batches
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __getitem__(self, index):
+        return self.batches[index]
+
+
 def unknown_shape_dataset(batches, features_known=False):
     """`batches` (tuples of arrays of various batch sizes and lengths) as a
     tf.data pipeline whose every dimension is unknown when Keras traces its
