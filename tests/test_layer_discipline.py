@@ -3,21 +3,26 @@
 NumPy references of each formula, hand-computed cases, masking invariants,
 finite-difference gradients, serialisation, mixed precision, XLA training with
 unknown lengths and export to SavedModel / ONNX.
+
+Backend-neutral: it runs on TensorFlow, JAX and PyTorch (`make test-jax`,
+`make test-torch`), with gradients from tests/backend_gradients.py.
 """
 
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from keras import ops
 
 import keras_attention as ka
 from tests import reference
+from tests.backend_gradients import value_and_gradients
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
 from tests.layer_cases import (
     CASES,
     INPUT_NAMES,
     SCORE_CASES,
     SOFT_CASES,
+    VaryingLengthBatches,
     built_layer,
     case_params,
     data,
@@ -31,7 +36,31 @@ from tests.layer_cases import (
     weights_of,
 )
 
+pytestmark = pytest.mark.any_backend
+
 B, TQ, TV = 3, 4, 6
+BACKEND = keras.backend.backend()
+
+# The float64 finite-difference checks run on TensorFlow only: a float32
+# finite difference is too coarse to hold the analytic gradients to 1e-5.
+_FLOAT64_SKIPS = {
+    "jax": "float64: JAX computes in float32 unless jax_enable_x64 is set, which the suite does not set",
+    "torch": "float64: on PyTorch, Keras's type promotion (keras.backend.result_type) turns float64 into "
+    "float32, so keras.ops.matmul of two float64 tensors gives float32 and a float64 layer mixes dtypes",
+}
+float64_only_where_supported = pytest.mark.skipif(
+    BACKEND in _FLOAT64_SKIPS,
+    reason=_FLOAT64_SKIPS.get(BACKEND, "") + " (TensorFlow runs these finite-difference checks)",
+)
+
+
+# The fit test compiles its train step with XLA on TensorFlow, with jax.jit
+# on JAX; on PyTorch it trains eagerly (jit_compile=True there is torch.compile).
+FIT_JIT_COMPILE = BACKEND != "torch"
+
+
+def to_numpy(x):
+    return ops.convert_to_numpy(x)
 
 
 def random_inputs(rng, case, rank, separate_key, dtype="float32"):
@@ -70,8 +99,8 @@ def test_matches_numpy_reference(case, rank, masked, separate_key):
     want_context, want_weights = case.reference(weights_of(layer), q3.astype(float), value, k.astype(float), mask)
     if rank == 2:
         want_context, want_weights = want_context[:, 0], want_weights[:, 0]
-    np.testing.assert_allclose(weights, want_weights, atol=1e-5)
-    np.testing.assert_allclose(context, want_context, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(weights), want_weights, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(context), want_context, atol=1e-5)
     expected_shape = (B, value.shape[-1]) if rank == 2 else (B, TQ, value.shape[-1])
     assert tuple(context.shape) == expected_shape
 
@@ -87,7 +116,7 @@ def test_identical_keys_give_the_mean_of_the_valid_values(case):
     key = np.repeat(key[:, :1], TV, axis=1)
     lengths = [6, 2, 4]
     layer = built_layer(case, rng, query, value, key)
-    context = np.asarray(layer(query, value, key=key, value_mask=lengths_mask(lengths, TV)))
+    context = to_numpy(layer(query, value, key=key, value_mask=lengths_mask(lengths, TV)))
     for b, length in enumerate(lengths):
         # Hard attention breaks the tie at the lowest position.
         want = value[b, 0] if case.hard else value[b, :length].mean(axis=0)
@@ -102,7 +131,7 @@ def test_ones_over_ones_with_lengths_1_to_4(case):
     layer = built_layer(case, np.random.default_rng(2), query, memory)
     _, weights = layer(query, memory, value_mask=lengths_mask([1, 2, 3, 4], 4), return_attention_scores=True)
     want = [[1, 0, 0, 0], [1 / 2, 1 / 2, 0, 0], [1 / 3, 1 / 3, 1 / 3, 0], [1 / 4] * 4]
-    np.testing.assert_allclose(weights, want, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(weights), want, atol=1e-6)
 
 
 # ----------------------------------------------------------------- invariants
@@ -116,7 +145,7 @@ def test_rows_sum_to_one_and_padding_gets_exactly_zero(case):
     lengths = [1, 5, 6]
     layer = built_layer(case, rng, query, value, key)
     _, weights = layer(query, value, key=key, value_mask=lengths_mask(lengths, TV), return_attention_scores=True)
-    weights = np.asarray(weights)
+    weights = to_numpy(weights)
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
     assert (weights >= 0).all()
     for b, length in enumerate(lengths):
@@ -133,9 +162,9 @@ def test_fully_masked_row_gives_zeros_and_finite_gradients(case, training):
     layer = built_layer(case, rng, query, value, key)
     value_mask = lengths_mask([0, 3, 6], TV)  # example 0 has no valid position
     query_mask = lengths_mask([4, 0, 2], TQ)  # example 1 has no valid query
-    query, value, key = map(tf.constant, (query, value, key))
-    with tf.GradientTape() as tape:
-        tape.watch([query, value, key])
+    outputs = {}
+
+    def loss(query, value, key):
         context, weights = layer(
             query,
             value,
@@ -145,21 +174,26 @@ def test_fully_masked_row_gives_zeros_and_finite_gradients(case, training):
             return_attention_scores=True,
             training=training,
         )
-        loss = tf.reduce_sum(context**2) + tf.reduce_sum(weights)
-    grads = tape.gradient(loss, [query, value, key] + layer.trainable_weights)
-    context, weights = np.asarray(context), np.asarray(weights)
+        outputs.update(context=context, weights=weights)
+        return ops.sum(context**2) + ops.sum(weights)
+
+    # Outside the gradient computation (JAX traces it), the same call.
+    _, grads = value_and_gradients(loss, [query, value, key], layer.trainable_weights)
+    loss(query, value, key)
+    context, weights = to_numpy(outputs["context"]), to_numpy(outputs["weights"])
     assert (context[0] == 0).all() and (weights[0] == 0).all()
     assert (context[1] == 0).all() and (weights[1] == 0).all()
     assert (context[2, 2:] == 0).all(), "masked query positions give zero output"
     assert np.isfinite(context).all() and np.isfinite(weights).all()
     for grad in grads:
         if grad is not None:
-            assert np.isfinite(np.asarray(grad)).all()
+            assert np.isfinite(grad).all()
 
 
 # ------------------------------------------------------------------ gradients
 
 
+@float64_only_where_supported
 @case_params(SCORE_CASES)
 def test_gradients_match_finite_differences_in_float64(case):
     rng = np.random.default_rng(5)
@@ -173,23 +207,20 @@ def test_gradients_match_finite_differences_in_float64(case):
     readout = rng.normal(size=(b, tq, dv))
 
     def loss(q, v, k):
-        return tf.reduce_sum(layer(q, v, key=k, value_mask=value_mask) * readout)
+        return ops.sum(layer(q, v, key=k, value_mask=value_mask) * readout)
 
-    tensors = [tf.constant(x) for x in (query, value, key)]
-    with tf.GradientTape() as tape:
-        tape.watch(tensors)
-        value_of_loss = loss(*tensors)
-    analytic = tape.gradient(value_of_loss, tensors + layer.trainable_weights)
-    assert value_of_loss.dtype == tf.float64
+    arrays = [query, value, key]
+    value_of_loss, analytic = value_and_gradients(loss, arrays, layer.trainable_weights)
+    assert keras.backend.standardize_dtype(value_of_loss.dtype) == "float64"
 
     # Hard selection is piecewise constant in the query, key and score weights:
     # only the value's gradient is a true derivative (checked); the others are
     # straight-through estimates (checked in test_hard_attention.py).
-    arrays = [query, value, key]
     checks = [1] if case.hard else [0, 1, 2]
     assert_input_gradients_match(loss, arrays, analytic, indices=checks)
     if case.hard:
         return
+    tensors = [ops.convert_to_tensor(x) for x in arrays]
     assert_weight_gradients_match(layer, lambda: loss(*tensors), analytic[3:])
 
 
@@ -263,7 +294,7 @@ def test_get_config_round_trip_gives_identical_outputs(case):
     for name in want:
         assert got[name].shape == want[name].shape
         if not case.random:
-            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{case.id} {name}")
+            np.testing.assert_array_equal(to_numpy(got[name]), to_numpy(want[name]), err_msg=f"{case.id} {name}")
 
 
 @case_params(check="model")
@@ -295,9 +326,10 @@ def test_keras_file_round_trip_without_custom_objects(case, tmp_path):
     got = loaded(inputs)
     for name in want:
         if not case.random:
-            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{case.id} {name}")
+            np.testing.assert_array_equal(to_numpy(got[name]), to_numpy(want[name]), err_msg=f"{case.id} {name}")
 
 
+@float64_only_where_supported
 @case_params([case for case in CASES if case.scores is None], check="gradients")
 def test_every_row_s_gradients_match_finite_differences_in_float64(case):
     """Input gradients (of the inputs the output reads) and weight gradients;
@@ -312,16 +344,13 @@ def test_every_row_s_gradients_match_finite_differences_in_float64(case):
 
     def loss(q, v):
         output = case.readout(case.run(layer, q, v, query_valid, value_valid))
-        return tf.reduce_sum(output * readout) + sum(layer.losses)
+        return ops.sum(output * readout) + sum(layer.losses)
 
-    tensors = [tf.constant(x) for x in (query, value)]
-    with tf.GradientTape() as tape:
-        tape.watch(tensors)
-        value_of_loss = loss(*tensors)
-    analytic = tape.gradient(value_of_loss, tensors + layer.trainable_weights)
-    assert value_of_loss.dtype == tf.float64
+    value_of_loss, analytic = value_and_gradients(loss, [query, value], layer.trainable_weights)
+    assert keras.backend.standardize_dtype(value_of_loss.dtype) == "float64"
     assert_input_gradients_match(loss, [query, value], analytic, indices=case.inputs_used, names=["query", "value"])
     if "weight_gradients" not in case.skip:
+        tensors = [ops.convert_to_tensor(x) for x in (query, value)]
         assert_weight_gradients_match(layer, lambda: loss(*tensors), analytic[2:])
 
 
@@ -336,7 +365,7 @@ def test_functional_model_with_unknown_lengths_fits_with_xla(case):
     model.compile(
         optimizer=keras.optimizers.Adam(0.01),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=True,
+        jit_compile=FIT_JIT_COMPILE,
     )
     attention = model.get_layer(case.id)
     before = [w.numpy().copy() for w in attention.trainable_weights]
@@ -344,7 +373,13 @@ def test_functional_model_with_unknown_lengths_fits_with_xla(case):
         (dict(zip(INPUT_NAMES, _ordinary(rng, "float32", *shape))), rng.integers(0, 3, size=shape[0]))
         for shape in ((8, 5, 7), (5, 6, 4))
     ]
-    history = model.fit(unknown_shape_dataset(batches, features_known=True), epochs=2, shuffle=False, verbose=0)
+    if BACKEND == "tensorflow":
+        # A tf.data pipeline: every dimension unknown when XLA compiles the step.
+        dataset = unknown_shape_dataset(batches, features_known=True)
+    else:
+        # NumPy batches of varying batch size and lengths, one per step.
+        dataset = VaryingLengthBatches(batches)
+    history = model.fit(dataset, epochs=2, shuffle=False, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
     # Other lengths reuse the same model (the shapes were never fixed).
     predictions = model.predict(dict(zip(INPUT_NAMES, _ordinary(rng, "float32", 4, 3, 11))), verbose=0)
