@@ -24,7 +24,7 @@ import keras
 from keras import ops
 
 from keras_attention import _checks
-from keras_attention.layers.base import BaseAttention
+from keras_attention.layers.base import BaseAttention, noise_kwargs
 
 __all__ = ["AttentionCell", "AttentionMemory"]
 
@@ -175,11 +175,8 @@ class AttentionCell(keras.layers.Layer):
         """Context `(B, dv)`, alignment `(B, Ts)` and the attention's new state
         for queries `(B, dq)`, from the attention's state at this step.
         `noise (B, Ts)`: the step's slice of the attention's `step_noise`."""
-        # Passed only when drawn: an attention written before the argument
-        # existed still steps.
-        kwargs = {} if noise is None else {"noise": noise}
         return self.attention.attend_step(
-            query, memory.keys, memory.values, memory.mask, attention_state, training=training, **kwargs
+            query, memory.keys, memory.values, memory.mask, attention_state, training=training, **noise_kwargs(noise)
         )
 
     def step(self, inputs, states, memory, training=None, noise=None):
@@ -280,14 +277,12 @@ class AttentionCell(keras.layers.Layer):
         attention's `step_noise` for every step appended as features, and the
         index where the noise starts (None, inputs unchanged, when the
         attention draws nothing). Bind with `noise_from` that index."""
-        shape = _checks.static_shape(inputs.shape)
-        batch, steps = (ops.shape(inputs)[i] if shape[i] is None else shape[i] for i in (0, 1))
-        memory_length = memory.values.shape[1]
-        memory_length = ops.shape(memory.values)[1] if memory_length is None else memory_length
-        noise = self.attention.step_noise(batch, steps, memory_length, training=training)
+        # keras.ops.shape gives ints where the sizes are known, tensors elsewhere.
+        batch, steps = ops.shape(inputs)[:2]
+        noise = self.attention.step_noise(batch, steps, ops.shape(memory.values)[1], training=training)
         if noise is None:
             return inputs, None
-        return ops.concatenate([inputs, ops.cast(noise, inputs.dtype)], axis=-1), shape[-1]
+        return ops.concatenate([inputs, ops.cast(noise, inputs.dtype)], axis=-1), inputs.shape[-1]
 
     def split_step_noise(self, inputs):
         """A step's `(inputs, noise or None)`, the noise cut off the inputs'

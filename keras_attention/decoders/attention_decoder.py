@@ -62,15 +62,12 @@ def run_rnn(
     # here, or the cell would draw them inside the loop and keep them.
     step_input_dim = inputs.shape[-1] if step_input_dim is None else step_input_dim
     cell.prepare_dropout_masks(ops.zeros((ops.shape(inputs)[0], step_input_dim), cell.compute_dtype), initial_state)
-    # A fresh RNN wrapper per call: it owns no weights (they are the
-    # cell's), and keeping none as an attribute keeps the cell saved once.
     if inputs_mask is not None:
         # Padded steps repeat the previous output: carried as the first
         # state, where every backend's loop finds it (OutputLeadsStates).
         step_output_dim = cell.output_size + step_extra_dim
         if with_alignments:
-            memory_length = prepared.values.shape[1]
-            step_output_dim += ops.shape(prepared.values)[1] if memory_length is None else memory_length
+            step_output_dim += ops.shape(prepared.values)[1]  # an int when known
         step_cell = OutputLeadsStates(step_cell, step_output_dim, dtype=dtype_policy)
         initial_state = OutputLeadsStates.initial_state(
             ops.shape(inputs)[0], step_output_dim, initial_state, cell.compute_dtype
@@ -78,6 +75,8 @@ def run_rnn(
     # The attention's random numbers (dropout, monotonic noise) for every
     # step ride along as input features: drawn here, each step reads its own.
     inputs, noise_from = cell.draw_step_noise(inputs, prepared, training=training)
+    # A fresh RNN wrapper per call: it owns no weights (they are the
+    # cell's), and keeping none as an attribute keeps the cell saved once.
     rnn = keras.layers.RNN(step_cell, return_sequences=return_sequences, return_state=True, dtype=dtype_policy)
     try:
         with cell.bind(prepared, with_alignments=with_alignments, noise_from=noise_from):

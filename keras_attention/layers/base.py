@@ -21,10 +21,10 @@ from keras_attention import _checks
 from keras_attention.layers.attention_layer import AttentionLayer
 from keras_attention.ops import masked_softmax
 
-__all__ = ["BaseAttention", "combine_masks", "prepare_call"]
+__all__ = ["BaseAttention", "combine_masks", "noise_kwargs", "prepare_call"]
 
 
-def _noise_kwargs(noise):
+def noise_kwargs(noise):
     """`noise` as a keyword only when there is some: a subclass written
     before the argument existed still works where nothing is pre-drawn."""
     return {} if noise is None else {"noise": noise}
@@ -164,7 +164,7 @@ class BaseAttention(AttentionLayer):
         step, drawn before a decoder's loop (`step_noise`); None draws them here.
         """
         scores = self.score(projected_query, projected_key)
-        weights = self.attention_weights(scores, mask, training=training, **_noise_kwargs(noise))
+        weights = self.attention_weights(scores, mask, training=training, **noise_kwargs(noise))
         weights = ops.cast(weights, value.dtype)
         return ops.matmul(weights, value), weights
 

@@ -9,6 +9,9 @@ from keras_attention._reductions import any_along, first_max_index
 from keras_attention.layers.base import BaseAttention
 from keras_attention.ops import masked_softmax
 
+# float32's smallest normal number: the floor of the Gumbel draws' uniforms.
+_TINY = float(np.finfo("float32").tiny)
+
 __all__ = ["HardAttention"]
 
 # Score layers that can be named by a string (they need no constructor arguments).
@@ -139,20 +142,20 @@ class HardAttention(BaseAttention):
         uniform in (0, 1), or None in "argmax" mode."""
         if self.mode != "sample":
             return None
-        tiny = float(np.finfo("float32").tiny)
         return keras.random.uniform(
-            (batch_size, steps, memory_length), minval=tiny, maxval=1.0, seed=self.noise_seed_generator
+            (batch_size, steps, memory_length), minval=_TINY, maxval=1.0, seed=self.noise_seed_generator
         )
 
     def attention_weights(self, scores, mask, training=None, noise=None):
         logits = ops.cast(scores, "float32")
         if self.mode == "sample":
             if noise is None:
-                tiny = float(np.finfo("float32").tiny)
-                noise = keras.random.uniform(ops.shape(logits), minval=tiny, maxval=1.0, seed=self.noise_seed_generator)
+                noise = keras.random.uniform(
+                    ops.shape(logits), minval=_TINY, maxval=1.0, seed=self.noise_seed_generator
+                )
             # Clipped: pre-drawn noise may have come through a float16 loop
             # input, where draws round to 0 or 1 (infinite Gumbel noise).
-            noise = ops.clip(ops.cast(noise, "float32"), float(np.finfo("float32").tiny), 1.0 - 2.0**-24)
+            noise = ops.clip(ops.cast(noise, "float32"), _TINY, 1.0 - 2.0**-24)
             logits = logits - ops.log(-ops.log(noise))
         if mask is None:
             mask = ops.ones_like(logits, dtype="bool")
