@@ -220,7 +220,10 @@ def test_auto_rule_with_symbolic_sizes_takes_one_block_off_tensorflow(monkeypatc
     assert additive._queries_per_chunk(3, pq, pk) == 3
 
 
-@pytest.mark.skipif(keras.backend.backend() != "jax", reason="jax.export's symbolic shapes")
+@pytest.mark.skipif(
+    keras.backend.backend() != "jax",
+    reason="jax.export is JAX's own: this round trip through symbolic shapes runs on the JAX backend only",
+)
 @pytest.mark.parametrize("chunk_size", ["auto", 3])
 def test_exports_from_jax_with_symbolic_batch_and_lengths(chunk_size):
     import jax
