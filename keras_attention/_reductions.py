@@ -5,7 +5,7 @@ Shared by `ops` (the masked softmax), the layers and the cells.
 
 from keras import ops
 
-__all__ = ["any_along", "first_max_index", "max_along", "pad_one", "positive_axis"]
+__all__ = ["any_along", "first_max_index", "first_top_k", "max_along", "pad_one", "positive_axis"]
 
 # Empty inputs (a batch of 0, a memory of length 0) must also run once a
 # model is exported to ONNX, where three things break on them:
@@ -71,3 +71,37 @@ def first_max_index(x, valid=None):
     running = ops.cumsum(pad_one(ops.cast(is_best, "int32"), axis, 0), axis=axis)
     first = ops.sum(ops.cast(ops.equal(running, 0), "int32"), axis=axis)
     return ops.where(ops.less(first, ops.shape(x)[axis]), first, ops.zeros_like(first))
+
+
+def first_top_k(x, k):
+    """`ops.top_k(x, k)` over the last axis of a rank-2 `x`, with ties to the
+    lowest index: among equal entries, the ones at the lower indices are
+    taken, in increasing order. `k` is a Python int.
+
+    The values are `top_k`'s own (the `k` largest, as a multiset, do not
+    depend on the tie order); only the indices are recomputed. Slot `j`
+    takes the first index not yet taken whose entry equals its value, so
+    equal values fill their slots from the lowest index up. One pass of
+    `(batch, n)` per slot: memory stays that of `x` (a `(batch, k, n)`
+    comparison would multiply it by `k`). A value that matches no entry
+    (NaN) keeps `top_k`'s index.
+    """
+    if not isinstance(k, int) or isinstance(k, bool):
+        # One pass per slot: the number of slots must be known when traced.
+        raise ValueError(f"first_top_k: `k` must be a Python int (a static size), got {k!r}")
+    values, fallback = ops.top_k(x, k)
+    fallback = ops.cast(fallback, "int32")
+    n = ops.shape(x)[1]
+    positions = ops.expand_dims(ops.arange(n, dtype="int32"), 0)
+    taken = ops.zeros_like(x, dtype="bool")
+    indices = []
+    for slot in range(k):
+        candidate = ops.logical_and(ops.equal(x, values[:, slot : slot + 1]), ops.logical_not(taken))
+        # Entries before the first candidate: those where the running count
+        # of candidates is still 0 (n when nothing matches).
+        running = ops.cumsum(ops.cast(candidate, "int32"), axis=1)
+        first = ops.sum(ops.cast(ops.equal(running, 0), "int32"), axis=1)
+        index = ops.where(ops.less(first, n), first, fallback[:, slot])
+        taken = ops.logical_or(taken, ops.equal(positions, ops.expand_dims(index, 1)))
+        indices.append(index)
+    return values, ops.stack(indices, axis=1)

@@ -6,8 +6,10 @@ import re
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
 import keras_attention
+from keras_attention._reductions import first_top_k
 from keras_attention.decoding import (
     NEG_INF,
     beam_rows,
@@ -21,6 +23,9 @@ from keras_attention.decoding import (
     select_candidates,
     write_step,
 )
+from tests.layer_cases import top_k_with_ties_to_the_highest_index
+
+pytestmark = pytest.mark.any_backend
 
 LOG_THIRD = np.log(1 / 3)
 
@@ -50,7 +55,7 @@ def test_extend_hypotheses_adds_log_probabilities_and_finished_beams_only_end():
         "float32",
     )
     finished = np.array([[False, True], [False, True]])
-    total = np.asarray(extend_hypotheses(log_probs, step, finished, end_token=0))
+    total = ops.convert_to_numpy(extend_hypotheses(log_probs, step, finished, end_token=0))
     want = np.array(
         [
             [[-1 + LOG_THIRD] * 3, [-2.0, NEG_INF, NEG_INF]],
@@ -65,7 +70,7 @@ def test_extend_hypotheses_adds_log_probabilities_and_finished_beams_only_end():
 
 
 def test_extend_hypotheses_puts_the_end_token_where_it_is():
-    total = np.asarray(
+    total = ops.convert_to_numpy(
         extend_hypotheses(
             np.zeros((1, 1), "float32"), np.full((1, 1, 3), -1.0, "float32"), np.array([[True]]), end_token=2
         )
@@ -79,7 +84,7 @@ def test_candidate_scores_divide_by_the_length_penalty_and_add_coverage_at_the_e
     lengths = np.array([[1, 2]])
     penalty = np.array([[-0.5, -0.25]], "float32")
     lp2 = 7 / 6  # ((5 + 2) / 6) ** 1
-    got = np.asarray(candidate_scores(total, finished, lengths, 0, 1.0, penalty))
+    got = ops.convert_to_numpy(candidate_scores(total, finished, lengths, 0, 1.0, penalty))
     # Beam 0 runs: its candidates have 2 tokens, and only the one ending
     # (token 0) pays the coverage penalty. Beam 1 has finished with 2 tokens:
     # it keeps its length and pays the penalty on every candidate.
@@ -110,7 +115,7 @@ def test_select_candidates_keeps_the_best_and_follows_their_parents():
     finished = np.array([[False, False], [True, False]])
     lengths = np.array([[1, 1], [3, 1]])
     chosen = {
-        k: np.asarray(v)
+        k: ops.convert_to_numpy(v)
         for k, v in select_candidates(scores, total, finished, lengths, end_token=0, pad_token=9).items()
     }
     # Example 0: -0.5 (beam 1, token 2), then -1.0 (beam 0, token 0 = end).
@@ -132,7 +137,9 @@ def test_select_candidates_matches_a_numpy_reference_on_random_beams():
         total = rng.normal(size=(batch, width, vocabulary)).astype("float32")
         finished = rng.random((batch, width)) < 0.3
         lengths = rng.integers(1, 6, size=(batch, width))
-        chosen = {k: np.asarray(v) for k, v in select_candidates(scores, total, finished, lengths, end, pad).items()}
+        chosen = {
+            k: ops.convert_to_numpy(v) for k, v in select_candidates(scores, total, finished, lengths, end, pad).items()
+        }
         for b in range(batch):
             order = np.argsort(-scores[b].reshape(-1), kind="stable")[:width]
             parents, tokens = order // vocabulary, order % vocabulary
@@ -144,6 +151,38 @@ def test_select_candidates_matches_a_numpy_reference_on_random_beams():
             np.testing.assert_array_equal(
                 chosen["finished"][b], finished[b, parents] | (np.where(finished[b, parents], pad, tokens) == end)
             )
+
+
+@pytest.mark.parametrize("tie_order", ["backend", "highest_first"])
+def test_select_candidates_breaks_ties_at_the_lowest_candidate_on_every_backend(tie_order, monkeypatch):
+    # torch's topk returns equal values in no promised order (e.g. index 3
+    # before 0 among four zeros); with "highest_first" a top_k that always
+    # returns the highest index first shows the choice does not lean on it.
+    if tie_order == "highest_first":
+        monkeypatch.setattr(ops, "top_k", top_k_with_ties_to_the_highest_index(ops.top_k))
+    width, vocabulary = 3, 4
+    scores = np.zeros((2, width, vocabulary), "float32")  # example 0: all 12 candidates tie
+    scores[1] = -1.0
+    scores[1, 2, [1, 3]] = -0.5  # example 1: candidates 9 and 11 lead, then 0 among ten at -1
+    chosen = select_candidates(scores, scores, np.zeros((2, width), bool), np.ones((2, width), "int32"), 0, 0)
+    chosen = {k: ops.convert_to_numpy(v) for k, v in chosen.items()}
+    np.testing.assert_array_equal(chosen["parents"] * vocabulary + chosen["tokens"], [[0, 1, 2], [9, 11, 0]])
+    np.testing.assert_array_equal(chosen["scores"], [[0, 0, 0], [-0.5, -0.5, -1]])
+
+
+@pytest.mark.parametrize("tie_order", ["backend", "highest_first"])
+def test_first_top_k_takes_equal_values_from_the_lowest_index(tie_order, monkeypatch):
+    if tie_order == "highest_first":
+        monkeypatch.setattr(ops, "top_k", top_k_with_ties_to_the_highest_index(ops.top_k))
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 4, size=(5, 300)).astype("float32")  # many ties of four values
+    values, indices = first_top_k(ops.convert_to_tensor(x), 6)
+    want = np.argsort(-x, axis=1, kind="stable")[:, :6]
+    np.testing.assert_array_equal(ops.convert_to_numpy(indices), want)
+    np.testing.assert_array_equal(ops.convert_to_numpy(values), np.take_along_axis(x, want, 1))
+    assert keras.backend.standardize_dtype(indices.dtype) == "int32"
+    with pytest.raises(ValueError, match=r"`k` must be a Python int .* got None"):
+        first_top_k(ops.convert_to_tensor(x), None)
 
 
 def test_beam_rows_gather_beams_reorder_beams_and_write_step():
@@ -158,7 +197,7 @@ def test_beam_rows_gather_beams_reorder_beams_and_write_step():
     np.testing.assert_array_equal(reordered["c"][0], [1.0, 1.0, 0.0, 5.0, 3.0, 4.0])
     history = np.arange(2 * 3 * 4).reshape(2, 3, 4)
     values = np.array([[-1, -2, -3], [-4, -5, -6]])
-    written = np.asarray(write_step(history, parents, 2, values))
+    written = ops.convert_to_numpy(write_step(history, parents, 2, values))
     want = history[np.arange(2)[:, None], parents].copy()
     want[:, :, 2] = values
     np.testing.assert_array_equal(written, want)

@@ -11,6 +11,7 @@ composes them with `write_step`, `gather_beams` and `reorder_beams` from
 from keras import ops
 
 from keras_attention import _checks
+from keras_attention._reductions import first_top_k
 from keras_attention.decoding import _loop
 
 __all__ = [
@@ -174,7 +175,8 @@ def select_candidates(scores, total, finished, lengths, end_token, pad_token):
     """The best `width` of each example's `width * vocabulary` extensions, best first.
 
     Candidate `c = k * vocabulary + v` (beam `k` extended by token `v`) is
-    ranked by `scores` with `top_k`; the chosen ones become the new beams:
+    ranked by `scores` (equal scores: the lower `c` first, on every backend);
+    the chosen ones become the new beams:
 
         parents = c // vocabulary,  tokens = c % vocabulary (pad_token after an end)
         log_probs = total[b, c],     lengths = lengths[b, parent] + (parent running)
@@ -202,8 +204,9 @@ def select_candidates(scores, total, finished, lengths, end_token, pad_token):
     ```
     """
     batch, width, vocabulary = ops.shape(scores)[0], ops.shape(scores)[1], ops.shape(scores)[2]
-    best_scores, best = ops.top_k(ops.reshape(scores, (batch, width * vocabulary)), width)
-    best = ops.cast(best, "int32")
+    # Not `top_k` alone: the order of equal scores would be the backend's
+    # (torch's `topk` promises none), and with it which beams survive.
+    best_scores, best = first_top_k(ops.reshape(scores, (batch, width * vocabulary)), width)
     parents = ops.floor_divide(best, vocabulary)
     tokens = ops.mod(best, vocabulary)
     log_probs = ops.take_along_axis(ops.reshape(total, (batch, width * vocabulary)), best, axis=1)
