@@ -106,7 +106,8 @@ def _exportable_copy(model, argument, notes):
     ONNX graph, and on a GPU LSTM/GRU trace to CudnnRNNV3, which tf2onnx cannot
     convert: rebuilding from the config with those settings changed avoids all three.
     """
-    disable_cudnn = gpu_present()
+    # cuDNN kernels are TensorFlow's concern (tf2onnx); off it TensorFlow may not even be installed.
+    disable_cudnn = keras.backend.backend() == "tensorflow" and gpu_present()
     config = keras.saving.serialize_keras_object(model)
     changes = set()
     rewritten = _rewrite_config(config, changes, disable_cudnn)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 import keras
 import numpy as np
 
-from keras_attention.export.signatures import _model_inputs
+from keras_attention.export.signatures import _model_inputs, spec_dtype, spec_shape
 from keras_attention.export.vocabulary import _is_text, encode_strings
 
 
@@ -44,18 +44,18 @@ def _generated_batches(signature, shapes, rng):
                 continue
             shape = [
                 batch if axis == 0 and d is None else (length if d is None else d)
-                for axis, d in enumerate(spec.shape.as_list())
+                for axis, d in enumerate(spec_shape(spec))
             ]
-            dynamic = len(shape) >= 2 and spec.shape.as_list()[1] is None
+            dynamic = len(shape) >= 2 and spec_shape(spec)[1] is None
             rows = lengths if shape[0] == batch else np.full(shape[0], length)  # a fixed batch size
             padding = np.arange(shape[1])[None, :] >= rows[:, None] if dynamic else None
-            dtype = spec.dtype.as_numpy_dtype
-            if spec.dtype.is_bool:
+            dtype = np.dtype(spec_dtype(spec))
+            if dtype.kind == "b":
                 value = np.broadcast_to(
                     (~padding).reshape(padding.shape + (1,) * (len(shape) - 2)) if dynamic else np.ones(shape, bool),
                     shape,
                 ).copy()
-            elif spec.dtype.is_integer:
+            elif dtype.kind in "iu":
                 high = sizes.get(id(tensor), smallest or 10)
                 value = rng.integers(1, max(high, 2), size=shape).astype(dtype)
                 if dynamic:
@@ -99,7 +99,7 @@ def _sample_batches(signature, sample_inputs, vocabulary):
                     if vocabulary is None:
                         raise ValueError(f"`sample_inputs`: input {name!r} is text; pass `vocabulary` to tokenise it.")
                     value = encode_strings(value, vocabulary)
-                array = np.asarray(value, dtype=spec.dtype.as_numpy_dtype)
+                array = np.asarray(value, dtype=spec_dtype(spec))
                 arrays.append(array.reshape(-1) if name in signature.options else array)  # a scalar: one value
             batches.append(arrays)
     if not batches:

@@ -105,9 +105,10 @@ def model_options(model):
 
 
 def _spec_from(value, name, argument):
-    import tensorflow as tf
-
-    if isinstance(value, tf.TensorSpec):
+    """A named input spec: a `tf.TensorSpec` on TensorFlow (tf.function and
+    tf2onnx take those), a `keras.InputSpec` on the other backends, whose
+    exporters take Keras's own specs and where TensorFlow may be absent."""
+    if type(value).__name__ == "TensorSpec":  # tf.TensorSpec, without importing TensorFlow for the check
         shape, dtype = value.shape.as_list(), value.dtype.name
     elif isinstance(value, (keras.InputSpec, keras.KerasTensor)):
         shape, dtype = value.shape, value.dtype
@@ -119,9 +120,22 @@ def _spec_from(value, name, argument):
         )
     if shape is None or dtype is None:
         raise ValueError(f"`{argument}`: input {name!r} needs a shape and a dtype; got shape={shape}, dtype={dtype}.")
-    return tf.TensorSpec(
-        [None if d is None else int(d) for d in shape], tf.as_dtype(keras.backend.standardize_dtype(dtype)), name=name
-    )
+    shape, dtype = [None if d is None else int(d) for d in shape], keras.backend.standardize_dtype(dtype)
+    if keras.backend.backend() != "tensorflow":
+        return keras.InputSpec(shape=shape, dtype=dtype, name=name)
+    import tensorflow as tf
+
+    return tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
+
+
+def spec_shape(spec):
+    """The shape of a `tf.TensorSpec` or `keras.InputSpec`, as a list (None where dynamic)."""
+    return spec.shape.as_list() if hasattr(spec.shape, "as_list") else list(spec.shape)
+
+
+def spec_dtype(spec):
+    """The dtype name of a `tf.TensorSpec` or `keras.InputSpec`."""
+    return keras.backend.standardize_dtype(getattr(spec.dtype, "name", spec.dtype))
 
 
 def _model_inputs(model):
@@ -219,7 +233,7 @@ def _make_signature(name, model, input_signature, argument):
         if isinstance(model, keras.Sequential) and outputs:
             output_struct = outputs[0] if len(outputs) == 1 else list(outputs)
         else:
-            symbolic = [keras.KerasTensor(spec.shape.as_list(), dtype=spec.dtype.name) for spec in specs]
+            symbolic = [keras.KerasTensor(spec_shape(spec), dtype=spec_dtype(spec)) for spec in specs]
             output_struct = model.compute_output_spec(keras.tree.pack_sequence_as(structure, symbolic))
     output_names = _output_names(model, output_struct)
     output_dtypes = [keras.backend.standardize_dtype(t.dtype) for t in keras.tree.flatten(output_struct)]
