@@ -18,10 +18,24 @@ on inputs of several batch sizes and lengths (padding included).
 TensorFlow, tf2onnx, onnx and onnxruntime (the `onnx` extra) are imported
 inside the functions that need them, so importing this package is cheap.
 
+On TensorFlow every model exports to both formats. On JAX and PyTorch the
+export goes through Keras's own exporters, verified the same way, for what
+they can write; the rest is refused before anything is written, with the
+way out (export the `.keras` file under TensorFlow):
+
+| backend | SavedModel                                     | ONNX                                 |
+|---------|------------------------------------------------|--------------------------------------|
+| jax     | layer, recurrent, greedy/sampling decode loops | unmasked layer models (jax2onnx)     |
+| torch   | no                                             | layer models (onnx, onnxruntime)     |
+
+`support` has the whole table and the reasons (beam search's StableHLO,
+jax2onnx's missing conversions, PyTorch's traced Python loops).
+
 One module per concern: `layout` (file names and defaults), `report`,
 `models` (loading and the float32 copy), `signatures`, `samples` (the
 verification inputs), `parity`, `onnx` (conversion and its diagnostics),
-`quantize` (the int8 copies), `directories` (safe placement), `exporter` (`export_model`), `vocabulary`,
+`quantize` (the int8 copies), `directories` (safe placement), `exporter` (`export_model`),
+`support` (which backend exports what), `keras_exporters` (JAX's and PyTorch's export), `vocabulary`,
 `serving` (`run_onnx`, `translate_texts`), and the two commands: `cli`
 (`keras-attention-export`) and `serve_cli` (`keras-attention-serve`).
 """

@@ -12,6 +12,7 @@ import keras
 import numpy as np
 
 from keras_attention.export.directories import _check_target, _put_in_place, _remove_created
+from keras_attention.export.keras_exporters import batches_function, write_and_verify
 from keras_attention.export.layout import (
     DEFAULT_OPSET,
     DEFAULT_SHAPES,
@@ -30,7 +31,8 @@ from keras_attention.export.parity import _check_parity, _record
 from keras_attention.export.quantize import _check_quantize, _quantize_int8, _quantized_outputs
 from keras_attention.export.report import ExportError, ExportReport
 from keras_attention.export.samples import _generated_batches, _sample_batches
-from keras_attention.export.signatures import _make_signature
+from keras_attention.export.signatures import _make_signature, spec_dtype, spec_shape
+from keras_attention.export.support import check_support
 from keras_attention.export.vocabulary import _check_vocabulary, load_vocabulary, vocabulary_json
 
 
@@ -50,22 +52,6 @@ def _check_opset(opset):
             f"`opset` must be an integer from {MIN_OPSET} to {MAX_OPSET} (tf2onnx 1.17 supports no later); got {opset!r}."
         )
     return opset
-
-
-def _check_backend():
-    """Export runs through TensorFlow on every format: the SavedModel is
-    TensorFlow's, and the ONNX files, decode loops included, are converted
-    from its graphs by tf2onnx. Weights are backend-neutral, so a model
-    trained on JAX or PyTorch exports from its `.keras` file under
-    TensorFlow."""
-    backend = keras.backend.backend()
-    if backend != "tensorflow":
-        raise RuntimeError(
-            f"export_model needs the TensorFlow backend (SavedModel and ONNX are both written from "
-            f"TensorFlow graphs); the Keras backend is {backend!r}. Save the model (`model.save('m.keras')`) "
-            "and export the file with KERAS_BACKEND=tensorflow: `KERAS_BACKEND=tensorflow "
-            "keras-attention-export m.keras OUT_DIR`."
-        )
 
 
 def export_model(
@@ -143,8 +129,10 @@ def export_model(
         ExportError (a ValueError): an op does not convert (named), or an
             output does not match Keras (named).
         ValueError: invalid arguments or an unreadable `.keras` file.
-        RuntimeError: the Keras backend is not TensorFlow (export goes
-            through TensorFlow: export the model's `.keras` file there).
+        NotImplementedError (a RuntimeError): the Keras backend cannot
+            write this format for this model, or lacks a package for it
+            (`keras_attention.export.support` has the table; TensorFlow
+            writes every format of every model from the `.keras` file).
 
     Example:
 
@@ -160,7 +148,7 @@ def export_model(
     ```
     """
     started = time.perf_counter()
-    _check_backend()
+    backend = keras.backend.backend()
     formats = _check_formats(formats)
     opset = _check_opset(opset)
     quantize = _check_quantize(quantize, formats)
@@ -181,6 +169,8 @@ def export_model(
     )
 
     models = _as_models(model)
+    if backend != "tensorflow":
+        check_support(backend, formats, models)
     if input_signature is not None and len(models) > 1:
         if not isinstance(input_signature, Mapping) or not set(input_signature) <= set(models):
             raise ValueError(
@@ -199,7 +189,7 @@ def export_model(
     for signature in signatures:
         report.signatures[signature.name] = {
             "inputs": {
-                n: {"shape": s.shape.as_list(), "dtype": s.dtype.name}
+                n: {"shape": spec_shape(s), "dtype": spec_dtype(s)}
                 for n, s in zip(signature.input_names, signature.input_specs)
             },
             "outputs": {n: {"dtype": d} for n, d in zip(signature.output_names, signature.output_dtypes)},
@@ -220,21 +210,27 @@ def export_model(
             f"`directory` {str(directory)!r}: cannot create the export there ({error.strerror or error})."
         ) from error
     try:
-        _write_and_verify(
-            signatures,
-            staging,
-            directory,
-            formats,
-            opset,
-            verify,
-            sample_inputs,
-            vocabulary,
-            shapes,
-            seed,
-            atol,
-            quantize,
-            report,
-        )
+        if backend != "tensorflow":
+            batches_for = batches_function(sample_inputs, vocabulary, shapes, seed)
+            write_and_verify(
+                signatures, staging, directory, formats, opset, verify, batches_for, atol, quantize, report
+            )
+        else:
+            _write_and_verify(
+                signatures,
+                staging,
+                directory,
+                formats,
+                opset,
+                verify,
+                sample_inputs,
+                vocabulary,
+                shapes,
+                seed,
+                atol,
+                quantize,
+                report,
+            )
         if vocabulary is not None:
             (staging / VOCABULARY_FILE).write_text(vocabulary_json(vocabulary), encoding="utf-8")
             report.paths["vocabulary"] = str(directory / VOCABULARY_FILE)
@@ -253,7 +249,7 @@ def _versions():
     import importlib.metadata
 
     versions = {}
-    for package in ("keras", "tensorflow", "tf2onnx", "onnx", "onnxruntime"):
+    for package in ("keras", "tensorflow", "tf2onnx", "onnx", "onnxruntime", "jax", "jax2onnx", "torch"):
         try:
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
