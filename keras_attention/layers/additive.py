@@ -9,11 +9,20 @@ from keras_attention import _checks
 from keras_attention._weights import WeightSettings
 from keras_attention.layers.base import BaseAttention
 
-__all__ = ["AdditiveAttention", "additive_score", "AUTO_CHUNK_BYTES"]
+__all__ = ["AdditiveAttention", "additive_score", "AUTO_CHUNK_BYTES", "TORCH_AUTO_CHUNK_BYTES", "auto_chunk_bytes"]
 
 # The "auto" query chunk keeps one `(B, chunk, Tv, units)` block of the
-# additive score under this many bytes (at least one query per chunk).
+# additive score under this many bytes (at least one query per chunk) on
+# TensorFlow and JAX, where the chunked form measured as fast as the direct
+# one or faster (its loop is compiled: a while loop, `lax.map`), with a
+# fraction of the memory.
 AUTO_CHUNK_BYTES = 64 * 2**20
+# On PyTorch `ops.map` and `keras.remat` are Python-level (a loop of eager
+# calls, `torch.utils.checkpoint`): chunking measured 1.6x to 2.3x slower
+# there, so "auto" leaves blocks up to this size whole and bounds only
+# larger ones, where memory outweighs the time (benchmarks/results.md,
+# section 10).
+TORCH_AUTO_CHUNK_BYTES = 2**30
 
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
@@ -34,6 +43,13 @@ def _dense_score(projected_query, projected_key, vector, activation):
     return ops.einsum("bqvu,u->bqv", hidden, vector)
 
 
+def auto_chunk_bytes(backend=None):
+    """The byte budget of one block under `chunk_size="auto"` on `backend`
+    (default: the active Keras backend, read at call time)."""
+    backend = keras.backend.backend() if backend is None else backend
+    return TORCH_AUTO_CHUNK_BYTES if backend == "torch" else AUTO_CHUNK_BYTES
+
+
 def _queries_per_chunk(chunk_size, projected_query, projected_key):
     """Queries per block: None (no chunking), a Python int, or (when the
     batch, key length or units are unknown until run time, on TensorFlow) a
@@ -41,11 +57,12 @@ def _queries_per_chunk(chunk_size, projected_query, projected_key):
     if chunk_size != "auto":
         return chunk_size
     itemsize = _ITEMSIZE.get(keras.backend.standardize_dtype(projected_query.dtype), 4)
+    budget = auto_chunk_bytes()
     sizes = (projected_query.shape[0], projected_key.shape[1], projected_key.shape[-1])
     if all(_checks.is_int(size) for size in sizes):
         # An empty batch or memory makes an empty block: no size to bound.
         block = max(1, itemsize * math.prod(int(size) for size in sizes))
-        return max(1, AUTO_CHUNK_BYTES // block)
+        return max(1, budget // block)
     if keras.backend.backend() != "tensorflow":
         # A size that is not a plain int here is symbolic (JAX's shape
         # polymorphism under jax.export / jax2tf, torch.export's SymInt):
@@ -56,7 +73,7 @@ def _queries_per_chunk(chunk_size, projected_query, projected_key):
     # Successive floor divisions: floor(floor(a / b) / c) == floor(a / (b c)),
     # without forming the (possibly int32-overflowing) product. A size of 0
     # divides as 1 (an empty block), not by zero.
-    rows = AUTO_CHUNK_BYTES // itemsize
+    rows = budget // itemsize
     for size in (ops.shape(projected_query)[0], ops.shape(projected_key)[1], ops.shape(projected_key)[-1]):
         rows = rows // ops.maximum(size, 1)
     return ops.maximum(rows, 1)
@@ -97,8 +114,9 @@ def additive_score(projected_query, projected_key, vector, activation=ops.tanh, 
     The direct form builds a `(B, Tq, Tv, units)` intermediate. With
     `chunk_size` it is built for at most that many queries at a time (the
     result is the same): an integer, or "auto" for as many queries as keep
-    one block under `AUTO_CHUNK_BYTES` (64 MiB). Inputs with no more queries
-    than one chunk (a decoder's single query, say) take the direct form.
+    one block under `auto_chunk_bytes()` (64 MiB on TensorFlow and JAX,
+    1 GiB on PyTorch). Inputs with no more queries than one chunk (a
+    decoder's single query, say) take the direct form.
     """
     vector = ops.cast(ops.convert_to_tensor(vector), projected_query.dtype)
     rows = _queries_per_chunk(chunk_size, projected_query, projected_key)
@@ -163,12 +181,39 @@ class AdditiveAttention(WeightSettings, BaseAttention):
         bias_regularizer: as in `keras.layers.Dense`.
         dropout, seed: dropout on the attention weights in training.
         chunk_size: queries per block of the score's `(B, Tq, Tv, units)`
-            intermediate. "auto" (default) keeps a block under 64 MiB
-            (`AUTO_CHUNK_BYTES`) and computes short inputs in one piece; an
-            integer fixes the chunk; None never chunks. Same result either
-            way; the peak memory of the score is `B * chunk * Tv * units`
-            elements instead of `B * Tq * Tv * units` (also in training:
-            chunks are recomputed in the backward pass).
+            intermediate. "auto" (default) keeps a block under a budget
+            chosen per backend by measurement (`auto_chunk_bytes()`, read
+            from `keras.backend.backend()` at call time) and computes
+            smaller inputs in one piece; an integer fixes the chunk on
+            every backend; None never chunks. Same result either way; the
+            peak memory of the score is `B * chunk * Tv * units` elements
+            instead of `B * Tq * Tv * units` (also in training: chunks are
+            recomputed in the backward pass).
+
+            The budgets: 64 MiB on TensorFlow and JAX, where chunking is
+            as fast or faster; 1 GiB on PyTorch, where `ops.map` and
+            `keras.remat` are Python-level and chunking is slower.
+            Forward + backward, unchunked against chunked into 64 MiB
+            blocks, with the peak memory of one step (`python
+            benchmarks/run.py --only backends`, benchmarks/results.md
+            section 10; medians of 7 alternating rounds on a 2-core CPU
+            shared with other work, load average 5 to 10):
+
+                backend     B, T, units   unchunked  chunked         peak MiB
+                TensorFlow  32, 128, 128    206 ms    231 ms (1.12x)   554 -> 309
+                TensorFlow   2, 1024, 64    736 ms    776 ms (1.05x)  1123 -> 293
+                JAX         32, 128, 128    838 ms    534 ms (0.64x)   537 -> 155
+                JAX          2, 1024, 64   5224 ms   3393 ms (0.65x)  1585 -> 218
+                PyTorch     32, 128, 128   1777 ms   3391 ms (1.91x)   780 -> 226
+                PyTorch      2, 1024, 64   5476 ms   7356 ms (1.34x)  1557 -> 233
+
+            Other runs of the same cases (chunked / unchunked): an
+            earlier one TensorFlow 0.76x and 0.87x, JAX 0.66x and 0.88x,
+            PyTorch 1.64x and 2.27x; TensorFlow alone with 11 rounds 0.56x
+            and 0.67x. Chunking is as fast or faster on TensorFlow and
+            JAX (their loops are compiled) and slower on PyTorch in every
+            run. On PyTorch pass an integer to bound the memory of blocks
+            under 1 GiB too.
 
     Example:
 
