@@ -446,6 +446,13 @@ def _render(results):
         out += bench_throughput.markdown(s, _table, _meta(s))
         summary.append(bench_throughput.summary_row(s, _fmt))
 
+    s = sections.get("backends")
+    if s and "error" not in s:
+        import bench_backends
+
+        out += bench_backends.markdown(s, _table, _meta(s))
+        summary.append(bench_backends.summary_row(s, _fmt))
+
     for name, s in sections.items():
         if "error" in s:
             out += [f"## {name}: failed", "", f"`{s['error']}`", ""]
@@ -454,7 +461,8 @@ def _render(results):
 
 
 def readme_block(results):
-    """The README's benchmark block: the targets table, then the serving throughput table."""
+    """The README's benchmark block: the targets table, the serving throughput table, then the
+    across-backends tables."""
     _, _, summary = _render(results)
     lines = [targets_table(summary), ""]
     s = results["sections"].get("throughput")
@@ -467,7 +475,13 @@ def readme_block(results):
             f"`{s['meta']['command']}` on {s['meta']['date']}, load average {s['meta']['loadavg_before'][0]} before.",
             "",
             bench_throughput.throughput_table(s, _table),
+            "",
         ]
+    s = results["sections"].get("backends")
+    if s and "error" not in s:
+        import bench_backends
+
+        lines += bench_backends.readme_lines(s, _table)
     return "\n".join(lines).rstrip()
 
 

@@ -15,6 +15,9 @@ Measures (see each module's docstring for the exact setup):
               without input feeding, fit vs train_on_batch, beam alignments
     options   each decoding option (constraints, penalties, run-time inputs)
               against plain beam search on the dates decoder
+    backends  the same layers on TensorFlow, JAX and PyTorch against Keras's own
+              (each backend in its venv: .venv-jax, .venv-torch), and
+              AdditiveAttention's query chunking on each backend
     throughput
               dates per second served at batch 1, 32, 256 (greedy, beam 5):
               onnxruntime (library default and other session settings),
@@ -49,7 +52,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import common
 import report
 
-NAMES = ["decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p", "options", "throughput"]
+NAMES = ["decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p", "options", "throughput", "backends"]
 
 
 def parse_args(argv=None):
@@ -120,6 +123,10 @@ def run_one(name, args):
         import bench_throughput
 
         return bench_throughput.run(args.quick, log, repeats=args.repeats)
+    if name == "backends":
+        import bench_backends
+
+        return bench_backends.run(args.quick, log, repeats=args.repeats)
     raise AssertionError(name)
 
 

@@ -11,6 +11,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TFA_ENV = os.path.join(ROOT, "benchmarks", "peers", ".venv-tfa", ".complete")
+# The JAX and PyTorch workers of section 10 run in the venvs `make test-jax`
+# and `make test-torch` build; --quick skips a backend whose venv is missing.
+BACKEND_ENVS = {"tensorflow": None, "jax": ".venv-jax", "torch": ".venv-torch"}
 
 
 def test_quick_benchmark_run_writes_every_section(tmp_path):
@@ -25,7 +28,18 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
 
     results = json.loads((tmp_path / "results.json").read_text())
     sections = results["sections"]
-    assert set(sections) == {"decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p", "options", "throughput"}
+    assert set(sections) == {
+        "decoder",
+        "mha",
+        "memory",
+        "serving",
+        "scaling",
+        "gpu",
+        "g2p",
+        "options",
+        "throughput",
+        "backends",
+    }
     for name, section in sections.items():
         assert "error" not in section, (name, section.get("error"))
     assert results["quick"] and results["versions"]["tensorflow"]
@@ -63,10 +77,27 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
         assert cell["vs_keras_predict"]["onnxruntime"] == pytest.approx(expected, abs=0.006)
     assert throughput["settings"]["best"] in throughput["settings"]["tried"]
 
+    backends = sections["backends"]
+    built = {
+        b for b, env in BACKEND_ENVS.items() if env is None or os.path.exists(os.path.join(ROOT, env, ".installed"))
+    }
+    assert set(backends["backends"]) == built and set(backends["skipped"]) == set(BACKEND_ENVS) - built
+    for backend, result in backends["backends"].items():
+        assert result["backend"] == backend
+        for name, peer in result["peers"].items():
+            # The same weights on both sides: the same outputs.
+            assert peer["max_abs_diff"] <= 1e-5, (backend, name)
+            assert peer["keras_over_ours"] > 0
+        (case,) = result["chunking"]  # 12 queries in chunks of 5: the last one partial
+        assert (case["chunk"], case["chunks"]) == (5, 3)
+        assert case["max_abs_diff"] <= 1e-6 and case["chunked_over_unchunked"] > 0
+        assert set(case["peak_mib"]) == {"unchunked", "chunked"}
+
     markdown = (tmp_path / "results.md").read_text()
     assert markdown.startswith("# keras-attention benchmarks")
     assert 'int8 (`quantize="int8"`) against float32' in markdown
-    for heading in ("## Targets", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7.", "## 8.", "## 9."):
+    headings = ("## Targets", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7.", "## 8.", "## 9.", "## 10.")
+    for heading in headings:
         assert heading in markdown
 
 
