@@ -313,3 +313,37 @@ def test_serving_study_refuses_a_directory_that_is_not_a_run(tmp_path):
     assert completed.returncode == 2
     assert f"argument run: {str(tmp_path)!r} has no results.json" in completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+def test_rescoring_study_scores_each_rule_on_hand_made_proposals():
+    study = examples.load("rescoring_study", G2P)
+    backwards = [False, True, False, True]
+
+    def option(tokens, scores, **ranks):
+        return {"tokens": tokens, "ranks": ranks, "scores": scores}
+
+    collected = [
+        # Word 1: the default (sum of the four models' log-probabilities)
+        # picks the short "A" (-4.4 against -4.8); normalised by length
+        # (alpha 1: -4.8 / 4 against -4.4 / 2) the long, right one wins.
+        [
+            option(["A", "B", "C"], [-1.2, -1.2, -1.2, -1.2], ensemble_l2r=0),
+            option(["A"], [-1.1, -1.1, -1.1, -1.1], ensemble_r2l=0, member_0=0, member_1=0),
+        ],
+        # Word 2: only single models propose "B B"; the ensembles-only rules
+        # cannot pick it, the every-model rule can.
+        [
+            option(["B"], [-2.0, -2.0, -2.0, -2.0], ensemble_l2r=0, ensemble_r2l=0),
+            option(["B", "B"], [-0.1, -0.1, -0.1, -0.1], member_2=1),
+        ],
+    ]
+    references = [[["A", "B", "C"]], [["B"]]]
+    results = study.evaluate(collected, references, backwards)
+    assert results["default: mean log-prob"] == 50.0  # word 1 wrong, word 2 right
+    assert results["length-normalised, alpha 1.0"] == 0.0
+    assert results["every model's n-best too"] == 100.0
+    # Votes: "A" is the 1-best of ensemble_r2l, member_0 and member_1 (3 votes against 1).
+    assert results["1-best votes, then mean log-prob"] == 50.0  # word 2: "B" has 2 votes, "B B" none
+    assert results["oracle (right answer proposed)"] == 0.0
+    # The direction weight: 0.7 * (-1.2 - 1.2) + 0.3 * (-1.2 - 1.2) against the same for -1.1: the short one.
+    assert results["left-to-right weight 0.7"] == 50.0
