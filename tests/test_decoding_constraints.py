@@ -1,6 +1,6 @@
 """Decoding constraints (min/max length, suppressed and allowed ids) and
 nucleus sampling, against brute force and NumPy, through every search and
-through InferenceDecoder and its ONNX export."""
+through InferenceDecoder (its export: test_decoders_onnx.py)."""
 
 import itertools
 
@@ -19,7 +19,8 @@ from keras_attention.decoding import (
     sampling_search,
     top_p_filter,
 )
-from keras_attention.export import export_model, run_onnx
+
+pytestmark = pytest.mark.any_backend
 
 START, END, VOCABULARY, STEPS = 0, 1, 4, 4
 
@@ -147,7 +148,9 @@ def test_an_exhaustive_beam_finds_the_constrained_optimum(name):
     table = random_table(1)
     step, state = wrapped(table, c)
     # Width VOCABULARY ** STEPS keeps every hypothesis: the top beam is the optimum.
-    result = {k: np.asarray(v) for k, v in beam_search(step, state, START, END, STEPS, VOCABULARY**STEPS).items()}
+    result = {
+        k: ops.convert_to_numpy(v) for k, v in beam_search(step, state, START, END, STEPS, VOCABULARY**STEPS).items()
+    }
     for example in range(len(table)):
         want, score = brute_force_best(table, example, c)
         got = result["ids"][example, 0].tolist()[: int(result["lengths"][example, 0])]
@@ -163,13 +166,13 @@ def test_every_search_keeps_the_constraints(name, method):
     step, state = wrapped(table, c)
     if method == "greedy":
         result = greedy_search(step, state, START, END, STEPS)
-        ids, lengths = np.asarray(result["ids"])[:, None], np.asarray(result["lengths"])[:, None]
+        ids, lengths = ops.convert_to_numpy(result["ids"])[:, None], ops.convert_to_numpy(result["lengths"])[:, None]
     elif method == "sample":
         result = sampling_search(step, state, START, END, STEPS, seed=3, temperature=3.0)
-        ids, lengths = np.asarray(result["ids"])[:, None], np.asarray(result["lengths"])[:, None]
+        ids, lengths = ops.convert_to_numpy(result["ids"])[:, None], ops.convert_to_numpy(result["lengths"])[:, None]
     else:
         result = beam_search(step, state, START, END, STEPS, 3)
-        ids, lengths = np.asarray(result["ids"]), np.asarray(result["lengths"])
+        ids, lengths = ops.convert_to_numpy(result["ids"]), ops.convert_to_numpy(result["lengths"])
     for example in range(len(table)):
         for row, length in zip(ids[example], lengths[example]):
             for t, token in enumerate(row[:length]):
@@ -191,7 +194,7 @@ def test_greedy_under_constraints_is_the_constrained_argmax_path(name):
             previous = token
             if token == END:
                 break
-        assert np.asarray(result["ids"])[example, : len(want)].tolist() == want
+        assert ops.convert_to_numpy(result["ids"])[example, : len(want)].tolist() == want
 
 
 def test_relative_max_lengths():
@@ -213,7 +216,7 @@ def numpy_top_p(logits, p):
 def test_top_p_keeps_the_smallest_set_reaching_p(p):
     rng = np.random.default_rng(0)
     logits = rng.normal(0, 2, size=(20, 9)).astype("float32")
-    filtered = np.asarray(top_p_filter(logits, p))
+    filtered = ops.convert_to_numpy(top_p_filter(logits, p))
     for row, out in zip(logits, filtered):
         kept = out > NEG_INF / 2
         np.testing.assert_array_equal(kept, numpy_top_p(row.astype(np.float64), p))
@@ -232,7 +235,7 @@ def test_sampling_with_top_p_draws_only_from_the_nucleus():
         return ops.convert_to_tensor(np.repeat(logits, ops.shape(ids)[0], 0)), state
 
     state = ops.zeros((2000, 1))
-    ids = np.asarray(sampling_search(step, state, 0, 99, 1, top_p=0.7, seed=1)["ids"])[:, 0]
+    ids = ops.convert_to_numpy(sampling_search(step, state, 0, 99, 1, top_p=0.7, seed=1)["ids"])[:, 0]
     counts = np.bincount(ids, minlength=4)
     assert counts[2] == counts[3] == 0
     # Renormalised over the nucleus: 0.45 / 0.75 = 0.6 of the draws.
@@ -286,26 +289,6 @@ def test_inference_decoder_applies_and_saves_the_options(tmp_path):
     np.testing.assert_array_equal(loaded.predict([source, allowed, no_prefix], verbose=0)["ids"], result["ids"])
 
 
-@pytest.mark.parametrize("method", ["greedy", "beam"])
-def test_constrained_decoders_export_with_parity(method, tmp_path):
-    model, _ = decoder_model(
-        method=method, beam_width=3, min_length=1, suppress_tokens=[4], repetition_penalty=1.5, no_repeat_ngram_size=2
-    )
-    rng = np.random.default_rng(1)
-    source = rng.integers(1, 9, size=(4, 6)).astype("int32")
-    allowed = rng.random((4, 9)) < 0.6
-    feeds = {"source": source, "allowed": allowed, "prefix": PREFIX}
-    report = export_model(model, tmp_path / "export", sample_inputs=[feeds])
-    assert report.max_abs_diff("onnx", "ids") == 0 and report.max_abs_diff("saved_model", "ids") == 0
-    served = run_onnx(tmp_path / "export", feeds)["outputs"]["ids"]
-    want = model.predict([source, allowed, PREFIX], verbose=0)["ids"]
-    np.testing.assert_array_equal(served, want)
-    best = want if method == "greedy" else want[:, 0]
-    for row, prefix in zip(best, PREFIX):
-        forced = prefix[prefix >= 0]
-        np.testing.assert_array_equal(row[: len(forced)], forced)  # the prefix, reproduced exactly
-
-
 @pytest.mark.parametrize(
     "options, message",
     [
@@ -336,7 +319,7 @@ def test_token_log_probs_are_each_tokens_and_sum_to_the_score(method):
         result = sampling_search(step, state, START, END, STEPS, seed=2, return_token_log_probs=True)
     else:
         result = beam_search(step, state, START, END, STEPS, 3, return_token_log_probs=True)
-    result = {k: np.asarray(v) for k, v in result.items()}
+    result = {k: ops.convert_to_numpy(v) for k, v in result.items()}
     ids, lengths, token_log_probs = result["ids"], result["lengths"], result["token_log_probs"]
     total = result["log_probs"] if method == "beam" else result["scores"]
     if method != "beam":

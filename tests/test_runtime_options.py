@@ -22,6 +22,8 @@ from tests.test_decoding_constraints import (
     reference_logits,
 )
 
+pytestmark = pytest.mark.any_backend
+
 SOURCE = 3  # source positions of the aligned table step
 
 
@@ -109,7 +111,9 @@ def test_per_example_values_find_each_examples_brute_force_optimum(name):
     # An exhaustive beam (nothing pruned) with one value per example: each
     # example's best hypothesis is the optimum under its own value.
     table, alignments, values = random_table(11), random_alignments(12), PER_EXAMPLE[name]
-    result = {k: np.asarray(v) for k, v in per_example_search(name, values, "beam", table, alignments).items()}
+    result = {
+        k: ops.convert_to_numpy(v) for k, v in per_example_search(name, values, "beam", table, alignments).items()
+    }
     bests = []
     for example in range(len(table)):
         c = example_constraints(name, values, example)
@@ -124,7 +128,7 @@ def test_per_example_values_find_each_examples_brute_force_optimum(name):
         bests.append(want)
     # The values matter: with the first example's value everywhere some other example's optimum differs.
     uniform = {
-        k: np.asarray(v)
+        k: ops.convert_to_numpy(v)
         for k, v in per_example_search(name, np.full_like(values, values[0]), "beam", table, alignments).items()
     }
     assert any(uniform["ids"][b, 0, : int(uniform["lengths"][b, 0])].tolist() != bests[b] for b in range(1, len(table)))
@@ -133,7 +137,7 @@ def test_per_example_values_find_each_examples_brute_force_optimum(name):
 @pytest.mark.parametrize("name", ["max_length", "min_length", "repetition_penalty", "no_repeat_ngram_size"])
 def test_greedy_with_per_example_values_is_each_examples_argmax_path(name):
     table, alignments, values = random_table(13), random_alignments(14), PER_EXAMPLE[name]
-    ids = np.asarray(per_example_search(name, values, "greedy", table, alignments)["ids"])
+    ids = ops.convert_to_numpy(per_example_search(name, values, "greedy", table, alignments)["ids"])
     for example in range(len(table)):
         c = example_constraints(name, values, example)
         longest = int(values[example]) if name == "max_length" else STEPS
@@ -172,7 +176,7 @@ def numpy_uniform(seeds, time, vocabulary):
 
 def test_hashed_uniform_is_its_integer_formula_and_uniform():
     seeds = np.arange(3000)
-    got = np.asarray(hashed_uniform(seeds, 5, 40))
+    got = ops.convert_to_numpy(hashed_uniform(seeds, 5, 40))
     np.testing.assert_array_equal(got, numpy_uniform(seeds, 5, 40).astype("float32"))
     assert 0 < got.min() and got.max() < 1
     # Kolmogorov-Smirnov at the 1% level, and no structure between neighbouring tokens.
@@ -183,7 +187,7 @@ def test_hashed_uniform_is_its_integer_formula_and_uniform():
     expected = counts.sum() / 64
     assert ((counts - expected) ** 2 / expected).sum() < 100  # chi-squared, 63 dof, 1%: 92.0 (+ margin)
     # A seed's draws do not depend on the rest of the batch.
-    np.testing.assert_array_equal(np.asarray(hashed_uniform(np.array([17]), 5, 40))[0], got[17])
+    np.testing.assert_array_equal(ops.convert_to_numpy(hashed_uniform(np.array([17]), 5, 40))[0], got[17])
 
 
 def numpy_sample(table, example, seed, temperature, top_k, top_p, longest=STEPS):
@@ -225,7 +229,7 @@ def test_per_example_sampling_is_the_numpy_gumbel_max_of_the_hashed_draws(name):
         "seed": np.asarray(given.get("seed", [7, 8, 9, 10, 11]), "int32"),
     }
     step, state = aligned_table_step(table, random_alignments(16))
-    ids = np.asarray(sampling_search(step, state, START, END, STEPS, **values)["ids"])
+    ids = ops.convert_to_numpy(sampling_search(step, state, START, END, STEPS, **values)["ids"])
     for example in range(len(table)):
         row = {k: v[example].item() for k, v in values.items()}
         want = numpy_sample(table, example, **row)
@@ -247,7 +251,7 @@ def test_hashed_sampling_draws_from_the_filtered_distribution():
             "top_p": np.full(batch, top_p, "float32"),
             "seed": np.arange(batch, dtype="int32") * 7 + 3,
         }
-        ids = np.asarray(sampling_search(step, ops.zeros((batch, 1)), 0, 99, 1, **rows)["ids"])[:, 0]
+        ids = ops.convert_to_numpy(sampling_search(step, ops.zeros((batch, 1)), 0, 99, 1, **rows)["ids"])[:, 0]
         scaled = logits / temperature
         if top_k:
             scaled = np.where(scaled < np.sort(scaled)[::-1][top_k - 1], -np.inf, scaled)
@@ -291,6 +295,13 @@ def sharpened(decoder, memory, mask, scale=3.0, end_bias=1.0):
     """Build `decoder` and scale its read-out (an untrained decoder is
     nearly uniform), the end token (2) made tempting or not."""
     decoder(memory, memory_mask=mask)
+    # Weights from NumPy at each initialiser's own scale: the same decoder on
+    # every backend (Keras's seeded initialisers draw differently on each),
+    # so the scales below let each option matter everywhere.
+    rng = np.random.default_rng(0)
+    for variable in decoder.trainable_weights:
+        spread = float(np.std(ops.convert_to_numpy(variable)))
+        variable.assign(rng.normal(0.0, spread, variable.shape).astype("float32"))
     kernel, bias = decoder.output_layer.get_weights()
     decoder.output_layer.set_weights([kernel * scale, bias + end_bias * (np.arange(len(bias)) == 2)])
     return decoder
@@ -325,8 +336,11 @@ def test_a_value_per_example_equals_a_decoder_built_with_it(name):
         end_bias,
     )
     seeds = {"seed": [5, 6, 7]} if sampling else {}
-    got = {k: np.asarray(v) for k, v in runtime(memory, memory_mask=mask, options={name: values, **seeds}).items()}
-    default = np.asarray(runtime(memory, memory_mask=mask, options=seeds)["ids"])
+    got = {
+        k: ops.convert_to_numpy(v)
+        for k, v in runtime(memory, memory_mask=mask, options={name: values, **seeds}).items()
+    }
+    default = ops.convert_to_numpy(runtime(memory, memory_mask=mask, options=seeds)["ids"])
     for example, value in enumerate(values):
         # The constructor's spellings: top_k None for all, max_length the output width.
         fixed = make_decoder(
@@ -337,7 +351,7 @@ def test_a_value_per_example_equals_a_decoder_built_with_it(name):
         )
         fixed(memory, memory_mask=mask)
         fixed.set_weights(runtime.get_weights())
-        want = {k: np.asarray(v) for k, v in fixed(memory, memory_mask=mask, options=seeds).items()}
+        want = {k: ops.convert_to_numpy(v) for k, v in fixed(memory, memory_mask=mask, options=seeds).items()}
         width = want["ids"].shape[-1]
         np.testing.assert_array_equal(got["ids"][example][..., :width], want["ids"][example], err_msg=f"{name}={value}")
         assert (got["ids"][example][..., width:] == 2).all()
@@ -350,11 +364,11 @@ def test_a_value_per_example_equals_a_decoder_built_with_it(name):
 def test_max_length_per_request_is_a_decoder_of_that_max_length():
     memory, mask = memory_batch()
     runtime = sharpened(make_decoder(("max_length",), method="beam", beam_width=3), memory, mask, scale=0.3)
-    got = np.asarray(runtime(memory, memory_mask=mask, options={"max_length": 4})["ids"])
+    got = ops.convert_to_numpy(runtime(memory, memory_mask=mask, options={"max_length": 4})["ids"])
     short = make_decoder(method="beam", beam_width=3, max_length=4)
     short(memory, memory_mask=mask)
     short.set_weights(runtime.get_weights())
-    want = np.asarray(short(memory, memory_mask=mask)["ids"])
+    want = ops.convert_to_numpy(short(memory, memory_mask=mask)["ids"])
     np.testing.assert_array_equal(got[..., :4], want)
     assert (got[..., 4:] == 2).all() and not (want == 2).all()
 
@@ -387,17 +401,18 @@ def test_runtime_options_follow_the_call_and_the_config(tmp_path):
 def test_a_requests_sample_depends_on_its_seed_not_its_batch():
     memory, mask = memory_batch(batch=3)
     decoder = sharpened(make_decoder(("seed",), method="sample", seed=0, temperature=2.0), memory, mask)
-    together = np.asarray(decoder(memory, memory_mask=mask, options={"seed": [11, 12, 13]})["ids"])
-    alone = np.asarray(decoder(memory[1:2], memory_mask=mask[1:2], options={"seed": [12]})["ids"])
+    together = ops.convert_to_numpy(decoder(memory, memory_mask=mask, options={"seed": [11, 12, 13]})["ids"])
+    alone = ops.convert_to_numpy(decoder(memory[1:2], memory_mask=mask[1:2], options={"seed": [12]})["ids"])
     np.testing.assert_array_equal(alone[0], together[1])
-    other = np.asarray(decoder(memory, memory_mask=mask, options={"seed": [21, 22, 23]})["ids"])
+    other = ops.convert_to_numpy(decoder(memory, memory_mask=mask, options={"seed": [21, 22, 23]})["ids"])
     assert not np.array_equal(other, together)
     # Left out, example b draws with seed + b: rows differ, and stay reproducible.
     repeated = np.repeat(memory[:1], 3, 0), np.repeat(mask[:1], 3, 0)
-    by_default = np.asarray(decoder(repeated[0], memory_mask=repeated[1])["ids"])
+    by_default = ops.convert_to_numpy(decoder(repeated[0], memory_mask=repeated[1])["ids"])
     assert len({tuple(row) for row in by_default}) > 1
     np.testing.assert_array_equal(
-        by_default, np.asarray(decoder(repeated[0], memory_mask=repeated[1], options={"seed": [0, 1, 2]})["ids"])
+        by_default,
+        ops.convert_to_numpy(decoder(repeated[0], memory_mask=repeated[1], options={"seed": [0, 1, 2]})["ids"]),
     )
 
 
@@ -410,7 +425,7 @@ def test_the_ensemble_takes_runtime_options_as_every_search_does():
     memory, mask = memory_batch()
     runtime = ensemble_of(("max_length", "length_penalty_weight"), method="beam", beam_width=3)
     runtime([memory, memory], memory_mask=mask)
-    got = np.asarray(
+    got = ops.convert_to_numpy(
         runtime([memory, memory], memory_mask=mask, options={"max_length": [3, 8, 6], "length_penalty_weight": 2.0})[
             "ids"
         ]
@@ -419,7 +434,7 @@ def test_the_ensemble_takes_runtime_options_as_every_search_does():
         fixed = ensemble_of((), method="beam", beam_width=3, max_length=longest, length_penalty_weight=2.0)
         fixed([memory, memory], memory_mask=mask)
         fixed.set_weights(runtime.get_weights())
-        want = np.asarray(fixed([memory, memory], memory_mask=mask)["ids"])[example]
+        want = ops.convert_to_numpy(fixed([memory, memory], memory_mask=mask)["ids"])[example]
         np.testing.assert_array_equal(got[example, :, :longest], want)
         assert (got[example, :, longest:] == 2).all()
 
