@@ -1,13 +1,19 @@
 """Half precision: every layer stays finite on large inputs under float16 and
-bfloat16 policies and agrees with float32 on ordinary ones."""
+bfloat16 policies and agrees with float32 on ordinary ones.
+
+Backend-neutral: runs on TensorFlow, JAX and PyTorch (every row of
+tests/layer_cases.py: the public layers, the cells and the decoders)."""
 
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
 import keras_attention as ka
 from tests import layer_cases
 from tests.layer_cases import DRIVERS, check_weights, driver_params
+
+pytestmark = pytest.mark.any_backend
 
 # PointerNetwork has no attention weights and its ids depend on ties broken
 # by rounding; its precision is covered in test_pointer.
@@ -37,23 +43,28 @@ def test_large_inputs_stay_finite_and_ordinary_ones_match_float32(driver, policy
 
     # x300: a float16 dot product of such inputs is far past 65504.
     query, value, query_valid, value_valid = layer_cases.data(rng, 3, 3, 4, scale=300.0, **lengths)
-    results = {k: np.asarray(v, np.float64) for k, v in driver.run(low, query, value, query_valid, value_valid).items()}
+    outputs = driver.run(low, query, value, query_valid, value_valid)
+    results = {k: ops.convert_to_numpy(v).astype(np.float64) for k, v in outputs.items()}
     for name, result in results.items():
         assert np.isfinite(result).all(), f"{driver.id} {name} under {policy} is not finite at x300"
     if "weights" in results and driver.weights is not None:
         check_weights(driver, results["weights"], query_valid, value_valid, atol=2e-2)
     compute = policy.split("_")[1]
-    for name, tensor in driver.run(low, query, value, query_valid, value_valid).items():
+    for name, tensor in outputs.items():
         # The decodings return their alignments in float32.
         if name == "output" or (name == "weights" and driver.zero_context):
-            assert tensor.dtype == compute, f"{driver.id} {name}"
-    assert all(v.dtype == "float32" for v in low.weights if keras.backend.is_float_dtype(v.dtype))
+            assert keras.backend.standardize_dtype(tensor.dtype) == compute, f"{driver.id} {name}"
+    assert all(
+        keras.backend.standardize_dtype(v.dtype) == "float32"
+        for v in low.weights
+        if keras.backend.is_float_dtype(v.dtype)
+    )
 
     # x30, the tighter tolerance: large logits still, a float16 masking
     # constant or softmax would overflow.
     inputs = layer_cases.data(rng, 3, 3, 4, scale=30.0, **lengths)
     if driver.weights is not None and "weights" in results:
-        check_weights(driver, driver.run(low, *inputs)["weights"], *inputs[2:], atol=1e-2)
+        check_weights(driver, ops.convert_to_numpy(driver.run(low, *inputs)["weights"]), *inputs[2:], atol=1e-2)
 
     if driver.random:
         return
@@ -65,8 +76,8 @@ def test_large_inputs_stay_finite_and_ordinary_ones_match_float32(driver, policy
         if name == "scores":  # a sum of decoding log-probabilities
             continue
         np.testing.assert_allclose(
-            np.asarray(got[name], np.float32),
-            np.asarray(want[name], np.float32),
+            ops.convert_to_numpy(got[name]).astype(np.float32),
+            ops.convert_to_numpy(want[name]).astype(np.float32),
             atol=5e-2 if policy == "mixed_bfloat16" else 1e-2,
             err_msg=f"{driver.id} {name}",
         )
@@ -91,7 +102,7 @@ def test_projections_that_are_scores_do_not_overflow_float16(make):
     context, weights = layer(
         query, value, value_mask=np.array([[1, 1, 1, 0, 0], [1] * 5], bool), return_attention_scores=True
     )
-    weights = np.asarray(weights, np.float32)
-    assert np.isfinite(np.asarray(context, np.float32)).all() and np.isfinite(weights).all()
+    weights = ops.convert_to_numpy(weights).astype(np.float32)
+    assert np.isfinite(ops.convert_to_numpy(context).astype(np.float32)).all() and np.isfinite(weights).all()
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-3)
     assert (weights[0, :, 3:] == 0).all()
