@@ -8,6 +8,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 PYTEST_ARGS ?=
+# The suite spreads over the cores (pytest-xdist), one test file per worker
+# at a time, so a module's fixtures (a trained smoke model) are built once;
+# PYTEST_WORKERS=0 runs it in this process (for a debugger, or -x).
+PYTEST_WORKERS ?= auto
+PYTEST := -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 .PHONY: demo test test-jax test-torch lint tour bench g2p g2p-large venv clean
 
@@ -22,7 +27,7 @@ $(VENV)/.installed-%: pyproject.toml constraints.txt | $(BIN)/python
 venv: $(VENV)/.installed-dev
 
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python $(PYTEST) $(PYTEST_ARGS)
 
 # The backend-neutral tests (modules marked `pytestmark =
 # pytest.mark.any_backend`) on JAX and on PyTorch, each in its own venv
@@ -33,10 +38,10 @@ test: $(VENV)/.installed-dev
 	touch $@
 
 test-jax: .venv-jax/.installed
-	KERAS_BACKEND=jax .venv-jax/bin/python -m pytest $(PYTEST_ARGS)
+	KERAS_BACKEND=jax .venv-jax/bin/python $(PYTEST) $(PYTEST_ARGS)
 
 test-torch: .venv-torch/.installed
-	KERAS_BACKEND=torch .venv-torch/bin/python -m pytest $(PYTEST_ARGS)
+	KERAS_BACKEND=torch .venv-torch/bin/python $(PYTEST) $(PYTEST_ARGS)
 
 # The style CI enforces (settings in pyproject.toml): `ruff format .` fixes
 # the formatting, `ruff check --fix .` what can be fixed mechanically.
