@@ -175,3 +175,40 @@ def test_a_sampling_decoder_in_a_compiled_predict_gives_new_samples_per_call():
     # Identical rows of the batch sample apart (a seed each), and so do calls.
     assert len({row.tobytes() for row in first}) > 1
     assert not np.array_equal(first, second)
+
+
+def _hard_sampling_decoder(method, seed):
+    keras.utils.set_random_seed(0)  # the same weights for every seed
+    cell = ka.AttentionGRUCell(5, ka.HardAttention(score="dot", mode="sample", seed=seed))
+    return ka.InferenceDecoder(
+        cell, keras.layers.Embedding(7, 5), keras.layers.Dense(7), 0, 1, 5, method=method, beam_width=2
+    )
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_hard_attention_samples_inside_a_search_loop_from_noise_drawn_before_it(method):
+    """HardAttention's "sample" mode draws Gumbel noise at every step: an
+    in-graph search draws it for all steps before its loop (on JAX a draw
+    inside the loop raised UnexpectedTracerError)."""
+    # Small memory values: near-equal scores, so the noise picks the position.
+    memory = 0.05 * _data()[1]
+    mask = np.arange(TS)[None] < np.array([8, 5, 2])[:, None]
+
+    def alignments(decoder):
+        result = decoder(memory, memory_mask=mask)
+        weights = ops.convert_to_numpy(result["alignments"])
+        return weights if method == "greedy" else weights[:, 0]  # the best beam
+
+    decoder = _hard_sampling_decoder(method, seed=4)
+    first = alignments(decoder)
+    # One-hot rows on valid positions, or zero rows after the end.
+    assert set(np.unique(first)) <= {0.0, 1.0}
+    assert set(np.unique(first.sum(-1))) <= {0.0, 1.0} and first[:, 0].sum() == B
+    assert (first[~np.broadcast_to(mask[:, None], first.shape)] == 0).all()
+    # A second call draws anew (on JAX it met the generator's state as a
+    # tracer leaked from the first call's loop).
+    second = alignments(decoder)
+    assert set(np.unique(second.sum(-1))) <= {0.0, 1.0} and not np.array_equal(first, second)
+    # The same seed, the same draws; another seed, others.
+    np.testing.assert_array_equal(first, alignments(_hard_sampling_decoder(method, seed=4)))
+    assert not np.array_equal(first, alignments(_hard_sampling_decoder(method, seed=5)))

@@ -192,18 +192,24 @@ class InferenceDecoder(SearchDecoder):
             self.output_layer.build((None, None, readout))
         self.built = True
 
-    def decode_step(self, ids, states, memory):
+    def decode_step(self, ids, states, memory, noise=None):
         """One decoding step: `(logits (N, V), new states, alignment (N, Ts))`
         for the previous ids `(N,)`, the cell's states and an
         `AttentionMemory` (from `cell.prepare_memory`). The searches call it;
-        `keras_attention.decoders.stepwise_models` exports it."""
+        `keras_attention.decoders.stepwise_models` exports it. `noise (N, Ts)`:
+        the step's slice of `step_noise` (None: the attention draws its own)."""
         # The layers see (N, 1, ...): one step of the sequences they were
         # trained on.
         inputs = ops.squeeze(self.embedding(ops.expand_dims(ids, 1)), 1)
-        output, states, alignment = self.cell.step(inputs, list(states), memory)
+        output, states, alignment = self.cell.step(inputs, list(states), memory, noise=noise)
         readout = ops.concatenate([output, ops.cast(inputs, output.dtype)], -1) if self.output_uses_inputs else output
         logits = ops.squeeze(self.output_layer(ops.expand_dims(readout, 1)), 1)
         return logits, states, alignment
+
+    def step_noise(self, rows, source_length):
+        """The attention's random numbers in inference for every step (the
+        Gumbel noise of HardAttention's "sample" mode), or None."""
+        return self.cell.attention.step_noise(rows, self.max_length, source_length, training=False)
 
     def call(
         self,

@@ -161,6 +161,13 @@ class SearchDecoder(keras.layers.Layer):
     def decode_step(self, ids, states, prepared):
         raise NotImplementedError(f"{type(self).__name__} must define decode_step(ids, states, prepared).")
 
+    def step_noise(self, rows, source_length):
+        """The random numbers `decode_step` reads at each step, drawn before
+        the search's loop for all `max_length` steps: `(rows, max_length,
+        ...)`, step `t`'s slice passed as `decode_step(..., noise=)`; or None
+        (here: the step draws nothing)."""
+        return None
+
     def option_defaults(self):
         """{run-time option: its value when a request does not set it}: the constructor's."""
         values = {name: getattr(self, name) for name in RUNTIME_OPTIONS}
@@ -259,8 +266,26 @@ class SearchDecoder(keras.layers.Layer):
                 lambda part: tile_batch(part, self.beam_width), prepared, none_is_leaf=False
             )
 
-        def step(ids, states):
-            return self.decode_step(ids, states, prepared)
+        rows = ops.shape(memory)[0] * (self.beam_width if self.method == "beam" else 1)
+        noise = self.step_noise(rows, ops.shape(memory)[1])
+        if noise is None:
+
+            def step(ids, states):
+                return self.decode_step(ids, states, prepared)
+
+        else:
+            # The step's random numbers for every step, drawn before the loop
+            # (a seed generator advanced inside it leaks tracers on JAX and
+            # does not compile with XLA). The step's time travels as one more
+            # state, one entry per row, which beam search reorders harmlessly.
+            initial_state = [*initial_state, ops.zeros((ops.shape(memory)[0],), "int32")]
+            last = self.max_length - 1
+
+            def step(ids, states):
+                *states, time = states
+                noise_now = ops.take(noise, ops.minimum(time[0], last), axis=1)
+                logits, states, alignment = self.decode_step(ids, states, prepared, noise=noise_now)
+                return logits, [*states, time + 1], alignment
 
         constrained = (
             self.min_length,
