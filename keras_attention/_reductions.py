@@ -75,33 +75,43 @@ def first_max_index(x, valid=None):
 
 def first_top_k(x, k):
     """`ops.top_k(x, k)` over the last axis of a rank-2 `x`, with ties to the
-    lowest index: among equal entries, the ones at the lower indices are
-    taken, in increasing order. `k` is a Python int.
+    lowest index: the `k` entries a stable sort by decreasing value puts
+    first, in that order. `k` is a Python int.
 
     The values are `top_k`'s own (the `k` largest, as a multiset, do not
-    depend on the tie order); only the indices are recomputed. Slot `j`
-    takes the first index not yet taken whose entry equals its value, so
-    equal values fill their slots from the lowest index up. One pass of
-    `(batch, n)` per slot: memory stays that of `x` (a `(batch, k, n)`
-    comparison would multiply it by `k`). A value that matches no entry
-    (NaN) keeps `top_k`'s index.
+    depend on the tie order); only the indices are recomputed, in
+    `O(batch * (n + k * k))` memory and without a loop:
+    - the chosen set: every entry above the k-th value, then the entries
+      equal to it from the lowest index up, as many as there is room for;
+    - those positions in increasing order, from a second `top_k` over a key
+      that is unique to each chosen position and larger for lower ones;
+    - their order: each one's rank counts the larger values and the equal
+      ones at lower positions (a stable sort of `k` entries).
+    A row where fewer than `k` entries compare (NaN) keeps `top_k`'s indices.
     """
     if not isinstance(k, int) or isinstance(k, bool):
-        # One pass per slot: the number of slots must be known when traced.
+        # The pairwise ranks are (k, k): the number of slots must be known when traced.
         raise ValueError(f"first_top_k: `k` must be a Python int (a static size), got {k!r}")
     values, fallback = ops.top_k(x, k)
     fallback = ops.cast(fallback, "int32")
     n = ops.shape(x)[1]
-    positions = ops.expand_dims(ops.arange(n, dtype="int32"), 0)
-    taken = ops.zeros_like(x, dtype="bool")
-    indices = []
-    for slot in range(k):
-        candidate = ops.logical_and(ops.equal(x, values[:, slot : slot + 1]), ops.logical_not(taken))
-        # Entries before the first candidate: those where the running count
-        # of candidates is still 0 (n when nothing matches).
-        running = ops.cumsum(ops.cast(candidate, "int32"), axis=1)
-        first = ops.sum(ops.cast(ops.equal(running, 0), "int32"), axis=1)
-        index = ops.where(ops.less(first, n), first, fallback[:, slot])
-        taken = ops.logical_or(taken, ops.equal(positions, ops.expand_dims(index, 1)))
-        indices.append(index)
-    return values, ops.stack(indices, axis=1)
+    threshold = values[:, k - 1 : k]
+    above = ops.greater(x, threshold)
+    at = ops.equal(x, threshold)
+    room = k - ops.sum(ops.cast(above, "int32"), axis=1, keepdims=True)
+    chosen = ops.logical_or(above, ops.logical_and(at, ops.less_equal(ops.cumsum(ops.cast(at, "int32"), axis=1), room)))
+    # float32 keys (exact below 2**24 positions): TopK of every runtime takes them.
+    positions = ops.arange(n, dtype="int32")
+    key = ops.where(chosen, ops.cast(n - positions, "float32")[None, :], 0.0)
+    by_position = ops.cast(ops.top_k(key, k)[1], "int32")  # (batch, k), increasing positions
+    chosen_values = ops.take_along_axis(x, by_position, axis=1)
+    larger = ops.greater(chosen_values[:, None, :], chosen_values[:, :, None])  # [b, a, c]: entry c beats a
+    slots = ops.arange(k, dtype="int32")
+    lower = ops.less(slots[None, :], slots[:, None])[None]  # [_, a, c]: c sits before a
+    equal_before = ops.logical_and(ops.equal(chosen_values[:, None, :], chosen_values[:, :, None]), lower)
+    rank = ops.sum(ops.cast(ops.logical_or(larger, equal_before), "int32"), axis=2)  # (batch, k)
+    # Slot r takes the entry of rank r.
+    at_slot = ops.equal(rank[:, None, :], slots[None, :, None])  # [b, r, a]
+    indices = ops.sum(ops.where(at_slot, by_position[:, None, :], 0), axis=2)
+    complete = ops.equal(ops.sum(ops.cast(chosen, "int32"), axis=1, keepdims=True), k)
+    return values, ops.where(complete, indices, fallback)

@@ -176,11 +176,14 @@ def test_first_top_k_takes_equal_values_from_the_lowest_index(tie_order, monkeyp
         monkeypatch.setattr(ops, "top_k", top_k_with_ties_to_the_highest_index(ops.top_k))
     rng = np.random.default_rng(3)
     x = rng.integers(0, 4, size=(5, 300)).astype("float32")  # many ties of four values
-    values, indices = first_top_k(ops.convert_to_tensor(x), 6)
-    want = np.argsort(-x, axis=1, kind="stable")[:, :6]
-    np.testing.assert_array_equal(ops.convert_to_numpy(indices), want)
-    np.testing.assert_array_equal(ops.convert_to_numpy(values), np.take_along_axis(x, want, 1))
-    assert keras.backend.standardize_dtype(indices.dtype) == "int32"
+    x[:, ::7] = -np.inf  # ties of -inf too (what masked candidates may be)
+    x[4] = -np.inf  # a row of nothing else
+    for k in (1, 6, 90):  # 90: past every value's count in some row
+        values, indices = first_top_k(ops.convert_to_tensor(x), k)
+        want = np.argsort(-x, axis=1, kind="stable")[:, :k]
+        np.testing.assert_array_equal(ops.convert_to_numpy(indices), want, err_msg=f"k={k}")
+        np.testing.assert_array_equal(ops.convert_to_numpy(values), np.take_along_axis(x, want, 1))
+        assert keras.backend.standardize_dtype(indices.dtype) == "int32"
     with pytest.raises(ValueError, match=r"`k` must be a Python int .* got None"):
         first_top_k(ops.convert_to_tensor(x), None)
 
