@@ -3,6 +3,7 @@
 Shared by `ops` (the masked softmax), the layers and the cells.
 """
 
+import keras
 from keras import ops
 
 __all__ = ["any_along", "first_max_index", "first_top_k", "max_along", "pad_one", "positive_axis"]
@@ -73,6 +74,15 @@ def first_max_index(x, valid=None):
     return ops.where(ops.less(first, ops.shape(x)[axis]), first, ops.zeros_like(first))
 
 
+# The backends whose `top_k` promises ties to the lowest index, so
+# `first_top_k` is `top_k` there: TensorFlow's `tf.math.top_k` (with XLA
+# too) and JAX's `lax.top_k` document it, and so does ONNX's TopK, which
+# TensorFlow's exported graphs run (each checked on tie-heavy rows up to
+# 160,000 wide). Recomputing the indices costs every beam-search step some
+# fifteen more operations; torch's `topk` promises no order, so it pays them.
+TOP_K_TIES_TO_THE_LOWEST_INDEX = ("tensorflow", "jax")
+
+
 def first_top_k(x, k):
     """`ops.top_k(x, k)` over the last axis of a rank-2 `x`, with ties to the
     lowest index: the `k` entries a stable sort by decreasing value puts
@@ -92,6 +102,9 @@ def first_top_k(x, k):
     if not isinstance(k, int) or isinstance(k, bool):
         # The pairwise ranks are (k, k): the number of slots must be known when traced.
         raise ValueError(f"first_top_k: `k` must be a Python int (a static size), got {k!r}")
+    if keras.backend.backend() in TOP_K_TIES_TO_THE_LOWEST_INDEX:
+        values, indices = ops.top_k(x, k)
+        return values, ops.cast(indices, "int32")
     values, fallback = ops.top_k(x, k)
     fallback = ops.cast(fallback, "int32")
     n = ops.shape(x)[1]

@@ -9,6 +9,7 @@ import pytest
 from keras import ops
 
 import keras_attention
+from keras_attention import _reductions
 from keras_attention._reductions import first_top_k
 from keras_attention.decoding import (
     NEG_INF,
@@ -160,6 +161,7 @@ def test_select_candidates_breaks_ties_at_the_lowest_candidate_on_every_backend(
     # returns the highest index first shows the choice does not lean on it.
     if tie_order == "highest_first":
         monkeypatch.setattr(ops, "top_k", top_k_with_ties_to_the_highest_index(ops.top_k))
+        monkeypatch.setattr(_reductions, "TOP_K_TIES_TO_THE_LOWEST_INDEX", ())
     width, vocabulary = 3, 4
     scores = np.zeros((2, width, vocabulary), "float32")  # example 0: all 12 candidates tie
     scores[1] = -1.0
@@ -174,6 +176,7 @@ def test_select_candidates_breaks_ties_at_the_lowest_candidate_on_every_backend(
 def test_first_top_k_takes_equal_values_from_the_lowest_index(tie_order, monkeypatch):
     if tie_order == "highest_first":
         monkeypatch.setattr(ops, "top_k", top_k_with_ties_to_the_highest_index(ops.top_k))
+        monkeypatch.setattr(_reductions, "TOP_K_TIES_TO_THE_LOWEST_INDEX", ())
     rng = np.random.default_rng(3)
     x = rng.integers(0, 4, size=(5, 300)).astype("float32")  # many ties of four values
     x[:, ::7] = -np.inf  # ties of -inf too (what masked candidates may be)
