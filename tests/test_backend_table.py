@@ -1,0 +1,116 @@
+"""The README's backend table (tools/backend_table.py): generated from the
+committed results/backends.json, its tests counted by area and outcome."""
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def table():
+    # Loaded by path: tools/ is not a package.
+    spec = importlib.util.spec_from_file_location("backend_table", os.path.join(ROOT, "tools", "backend_table.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_block_is_generated_from_the_committed_results(table):
+    assert table.main(["--check"]) == 0, "run python tools/backend_table.py --report"
+
+
+def test_the_committed_results_cover_every_backend_and_count_every_test(table):
+    results = json.loads(table.RESULTS.read_text(encoding="utf-8"))
+    assert list(results["backends"]) == ["tensorflow", "jax", "torch"]
+    for backend, section in results["backends"].items():
+        assert "skipped" not in section, backend
+        counts = [section["areas"][a][k] for a in section["areas"] for k in ("passed", "skipped", "failed", "error")]
+        assert sum(counts) == sum(section["totals"].values()) > 0
+        assert sorted(section["modules"]) == sorted(results["modules"]), backend
+    # Every backend ran the same tests (a test id skipped, not missing).
+    assert len({sum(s["totals"].values()) for s in results["backends"].values()}) == 1
+
+
+AREA_CASES = [
+    ("test_export_backends.py::test_export_on_another_backend_names_it_and_the_way_out", "export"),
+    ("test_keras_files_across_backends.py::test_a_file[jax-multi_head]", ".keras files across backends"),
+    ("test_layer_discipline.py::test_matches_numpy_reference[key=value-masked-2-additive]", "score layers"),
+    ("test_layer_discipline.py::test_get_config_round_trip_gives_identical_outputs[hard_sample]", "score layers"),
+    (
+        "test_layer_discipline.py::test_get_config_round_trip_gives_identical_outputs[decoder_gru_additive]",
+        "decoders and decoding",
+    ),
+    (
+        "test_layer_discipline.py::test_keras_file_round_trip_without_custom_objects[beam_general]",
+        "decoders and decoding",
+    ),
+    (
+        "test_layer_discipline.py::test_keras_file_round_trip_without_custom_objects[multi_head]",
+        "multi-head and self-attention",
+    ),
+    ("test_layer_discipline.py::test_matches_numpy_reference[pooling]", "pooling and hierarchical"),
+    ("test_layer_discipline.py::test_matches_numpy_reference[targeted_gated]", "pointer and targeted"),
+    ("test_cells.py::test_gru_cell_matches_the_equations_step_by_step", "decoder cells"),
+    ("test_cells.py::test_inference_decoder_reads_the_memory_keras_mask", "decoders and decoding"),
+    ("test_losses.py::test_shape_errors", "other"),
+]
+
+
+def test_tests_are_counted_in_the_area_their_id_names(table):
+    # One test, not one per case: each test's teardown clears a Keras session.
+    assert {test_id: table.area_of(test_id) for test_id, _ in AREA_CASES} == dict(AREA_CASES)
+
+
+def test_junit_reports_are_counted_by_outcome_and_skip_reason(table, tmp_path):
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_cells" name="test_lstm_cell_matches_the_equations_step_by_step"/>'
+        '<testcase classname="tests.test_layer_discipline" name="test_gradients[dot]">'
+        '<skipped type="pytest.skip" message="float64: JAX runs without x64"/></testcase>'
+        '<testcase classname="tests.test_layer_discipline" name="test_gradients[general]">'
+        '<skipped type="pytest.skip" message="float64: JAX runs without x64"/></testcase>'
+        '<testcase classname="tests.test_export_backends" name="test_refusal"><failure message="boom"/></testcase>'
+        "</testsuite></testsuites>",
+        encoding="utf-8",
+    )
+    tests = table.parse_junit(report)
+    assert tests["test_cells.py::test_lstm_cell_matches_the_equations_step_by_step"] == ("passed", None)
+    areas, modules = table.tally(tests)
+    assert areas["score layers"]["skipped"] == 2 and areas["score layers"]["passed"] == 0
+    assert areas["score layers"]["skip_reasons"] == {"float64: JAX runs without x64": 2}
+    assert areas["export"]["failed"] == 1 and areas["decoder cells"]["passed"] == 1
+    assert modules["test_layer_discipline.py"]["skipped"] == 2
+    row = table.readme_block(
+        {
+            "date": "today",
+            "modules": ["test_cells.py"],
+            "tensorflow_only_modules": [],
+            "backends": {
+                "jax": {"versions": {"keras": "3", "jax": "0"}, "seconds": 1.0, "areas": areas, "totals": {}}
+                | {"totals": {k: sum(a[k] for a in areas.values()) for k in ("passed", "skipped", "failed", "error")}}
+            },
+        }
+    )
+    assert "| score layers | 0 passed, 2 skipped | skipped: float64: JAX runs without x64 (JAX 2) |" in row
+    assert "| export | 0 passed, **1 failed** |" in row
+
+
+def test_a_run_that_died_counts_what_it_reported_and_the_test_it_was_running(table):
+    output = (
+        "tests/test_cells.py::test_a PASSED [ 10%]\n"
+        "tests/test_cells.py::test_b[x] SKIPPED (float64: no x64) [ 20%]\n"
+        "tests/test_cells.py::test_c[beam_general] \nFatal Python error: Aborted\n"
+    )
+    assert table.parse_verbose(output, -6, "test_cells.py") == {
+        "test_cells.py::test_a": ("passed", None),
+        "test_cells.py::test_b[x]": ("skipped", "float64: no x64"),
+        "test_cells.py::test_c[beam_general]": ("error", None),
+    }
+    assert table.parse_verbose("collecting ...\n", -11, "test_cells.py") == {
+        "test_cells.py::(crashed with exit status -11)": ("error", None)
+    }
