@@ -52,8 +52,9 @@ class ConcatAttention(WeightSettings, BaseAttention):
         dropout, seed: dropout on the attention weights in training.
         chunk_size: with `units`, queries per block of the score's
             `(B, Tq, Tv, units)` intermediate: "auto" (default) keeps a block
-            under 64 MiB, an integer fixes the chunk, None never chunks
-            (see `AdditiveAttention`). Same result either way.
+            under the backend's budget (64 MiB on TensorFlow and JAX, 1 GiB
+            on PyTorch: `AdditiveAttention` has the measurements), an
+            integer fixes the chunk, None never chunks. Same result either way.
 
     Example:
 
