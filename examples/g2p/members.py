@@ -76,8 +76,6 @@ def train_members(count, split, letters, phones, model_config, train_config, out
     own processes; returns ([Models], [results], wall seconds). The Models
     are rebuilt here with the trained weights. With `directions="both"` the
     odd-numbered models learn the pronunciations reversed."""
-    import keras
-    import model as g2p_model
     from bidirectional import reads_right_to_left
 
     begin = time.perf_counter()
@@ -101,10 +99,19 @@ def train_members(count, split, letters, phones, model_config, train_config, out
         ]
         results = [future.result() for future in futures]
     seconds = time.perf_counter() - begin
+    return load_members(out, count, letters, phones, model_config), results, seconds
+
+
+def load_members(out, count, letters, phones, model_config):
+    """The `count` trained models in `out/member_<k>`, rebuilt as `Models`
+    (trainer, greedy and beam over shared layers) with their trained weights."""
+    import keras
+    import model as g2p_model
+
     members = []
     for number in range(count):
         models = g2p_model.build_models(letters, phones, model_config)
         path = os.path.join(member_directory(out, number), "g2p_trainer.keras")
         models.trainer.set_weights(keras.saving.load_model(path).get_weights())
         members.append(models)
-    return members, results, seconds
+    return members

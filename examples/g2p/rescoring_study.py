@@ -40,7 +40,7 @@ import numpy as np
 import train
 from bidirectional import log_likelihoods, reads_right_to_left
 from common import machine
-from members import member_directory
+from members import load_members
 from pronounce import length_sorted_batches
 
 import data
@@ -48,18 +48,12 @@ from keras_attention.evaluation import error_rates
 from keras_attention.text import n_best
 
 
-def load_members(directory, split, size):
+def load_language(directory, split, size):
     """The language's models, rebuilt with their trained weights, and its vocabularies."""
     args = train.parse_args(["sigmorphon"])
     model_config, _ = train.configs(args, **train.SIGMORPHON)
     letters, phones = train.vocabularies(split["train"], "NFD", model_config.phone_symbols)
-    members = []
-    for number in range(size):
-        models = g2p_model.build_models(letters, phones, model_config)
-        path = os.path.join(member_directory(directory, number), "g2p_trainer.keras")
-        models.trainer.set_weights(keras.saving.load_model(path).get_weights())
-        members.append(models)
-    return members, letters, phones, model_config
+    return load_members(directory, size, letters, phones, model_config), letters, phones, model_config
 
 
 def collect(members, backwards, letters, phones, model_config, words, batch_size=256):
@@ -192,7 +186,7 @@ def main(argv=None):
                     collected = json.load(file)
             else:
                 if members is None:
-                    members, letters, phones, model_config = load_members(directory, split, size)
+                    members, letters, phones, model_config = load_language(directory, split, size)
                 collected = collect(members, backwards, letters, phones, model_config, words)
                 with open(cache + ".tmp", "w") as file:
                     json.dump(collected, file)

@@ -28,7 +28,7 @@ from keras_attention.export.layout import (
 from keras_attention.export.models import _as_models, _exportable_copy
 from keras_attention.export.onnx import _export_onnx
 from keras_attention.export.parity import _check_parity, _record
-from keras_attention.export.quantize import _check_quantize, _quantize_int8, _quantized_outputs
+from keras_attention.export.quantize import _check_quantize, _quantize_signature, _quantized_outputs
 from keras_attention.export.report import ExportError, ExportReport
 from keras_attention.export.samples import _generated_batches, _sample_batches
 from keras_attention.export.signatures import _make_signature, spec_dtype, spec_shape
@@ -301,15 +301,7 @@ def _write_and_verify(
     if quantize:
         begin = time.perf_counter()
         for signature in signatures:
-            source = staging / _onnx_file(signature.name)
-            target = staging / _onnx_file(signature.name, quantize)
-            quantized[signature.name] = _quantize_int8(source, target, signature.name)
-            report.quantized[signature.name] = {
-                "precision": quantize,
-                "path": str(directory / target.name),
-                "bytes": target.stat().st_size,
-                "float32_bytes": source.stat().st_size,
-            }
+            quantized[signature.name] = _quantize_signature(signature.name, staging, directory, quantize, report)
         report.timings_s["quantize"] = round(time.perf_counter() - begin, 3)
 
     if not verify:

@@ -12,7 +12,7 @@ import numpy as np
 from keras_attention.export.layout import SAVED_MODEL_DIR, _onnx_file
 from keras_attention.export.onnx import _name_dynamic_axes, _session
 from keras_attention.export.parity import _check_parity, _record
-from keras_attention.export.quantize import _quantize_int8, _quantized_outputs
+from keras_attention.export.quantize import _quantize_signature, _quantized_outputs
 from keras_attention.export.report import ExportError
 from keras_attention.export.samples import _generated_batches, _sample_batches
 
@@ -154,14 +154,7 @@ def write_and_verify(signatures, staging, directory, formats, opset, verify, bat
             sessions[signature.name] = _write_onnx(signature, staging / _onnx_file(signature.name), opset)
             report.paths["onnx"][signature.name] = str(directory / _onnx_file(signature.name))
             if quantize:
-                source, target = staging / _onnx_file(signature.name), staging / _onnx_file(signature.name, quantize)
-                quantized[signature.name] = _quantize_int8(source, target, signature.name)
-                report.quantized[signature.name] = {
-                    "precision": quantize,
-                    "path": str(directory / target.name),
-                    "bytes": target.stat().st_size,
-                    "float32_bytes": source.stat().st_size,
-                }
+                quantized[signature.name] = _quantize_signature(signature.name, staging, directory, quantize, report)
         report.timings_s["onnx"] = round(time.perf_counter() - begin, 3)
     begin = time.perf_counter()
     for signature in signatures:

@@ -68,6 +68,23 @@ def _quantize_int8(float_path, int8_path, signature_name):
         root.removeFilter(quiet)
 
 
+def _quantize_signature(signature_name, staging, directory, precision, report):
+    """Write the int8 copy of the signature's ONNX file in `staging`, record
+    it in `report.quantized` (its final path under `directory`, its size and
+    the float32 file's) and return its onnxruntime session."""
+    from keras_attention.export.layout import _onnx_file
+
+    source, target = staging / _onnx_file(signature_name), staging / _onnx_file(signature_name, precision)
+    session = _quantize_int8(source, target, signature_name)
+    report.quantized[signature_name] = {
+        "precision": precision,
+        "path": str(directory / target.name),
+        "bytes": target.stat().st_size,
+        "float32_bytes": source.stat().st_size,
+    }
+    return session
+
+
 def _quantized_outputs(signature, expected, actual):
     """{output: measure} of the int8 outputs against Keras's: floats by
     their max |diff| (finite values only), integer outputs by the share of
