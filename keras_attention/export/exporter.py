@@ -9,10 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import keras
-import numpy as np
 
 from keras_attention.export.directories import _check_target, _put_in_place, _remove_created
-from keras_attention.export.keras_exporters import batches_function, write_and_verify
+from keras_attention.export.keras_exporters import write_and_verify
 from keras_attention.export.layout import (
     DEFAULT_OPSET,
     DEFAULT_SHAPES,
@@ -27,10 +26,10 @@ from keras_attention.export.layout import (
 )
 from keras_attention.export.models import _as_models, _exportable_copy
 from keras_attention.export.onnx import _export_onnx
-from keras_attention.export.parity import _check_parity, _record
-from keras_attention.export.quantize import _check_quantize, _quantize_signature, _quantized_outputs
-from keras_attention.export.report import ExportError, ExportReport
-from keras_attention.export.samples import _generated_batches, _sample_batches
+from keras_attention.export.parity import _verify
+from keras_attention.export.quantize import _check_quantize, _quantize_signature
+from keras_attention.export.report import ExportReport
+from keras_attention.export.samples import batches_function
 from keras_attention.export.signatures import _make_signature, spec_dtype, spec_shape
 from keras_attention.export.support import check_support
 from keras_attention.export.vocabulary import _check_vocabulary, load_vocabulary, vocabulary_json
@@ -210,27 +209,10 @@ def export_model(
             f"`directory` {str(directory)!r}: cannot create the export there ({error.strerror or error})."
         ) from error
     try:
-        if backend != "tensorflow":
-            batches_for = batches_function(sample_inputs, vocabulary, shapes, seed)
-            write_and_verify(
-                signatures, staging, directory, formats, opset, verify, batches_for, atol, quantize, report
-            )
-        else:
-            _write_and_verify(
-                signatures,
-                staging,
-                directory,
-                formats,
-                opset,
-                verify,
-                sample_inputs,
-                vocabulary,
-                shapes,
-                seed,
-                atol,
-                quantize,
-                report,
-            )
+        batches_for = batches_function(sample_inputs, vocabulary, shapes, seed)
+        # Off TensorFlow, through Keras's own exporters (keras_exporters.py).
+        write = _write_and_verify if backend == "tensorflow" else write_and_verify
+        write(signatures, staging, directory, formats, opset, verify, batches_for, atol, quantize, report)
         if vocabulary is not None:
             (staging / VOCABULARY_FILE).write_text(vocabulary_json(vocabulary), encoding="utf-8")
             report.paths["vocabulary"] = str(directory / VOCABULARY_FILE)
@@ -257,21 +239,9 @@ def _versions():
     return versions
 
 
-def _write_and_verify(
-    signatures,
-    staging,
-    directory,
-    formats,
-    opset,
-    verify,
-    sample_inputs,
-    vocabulary,
-    shapes,
-    seed,
-    atol,
-    quantize,
-    report,
-):
+def _write_and_verify(signatures, staging, directory, formats, opset, verify, batches_for, atol, quantize, report):
+    """Write each format into `staging` from TensorFlow graphs (tf2onnx for
+    ONNX) and compare it with Keras on the batches `batches_for(signature)` gives."""
     import tensorflow as tf
 
     functions = {}
@@ -307,45 +277,13 @@ def _write_and_verify(
     if not verify:
         report.notes.append("verify=False: no parity measured.")
         return
-    begin = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    loaded = tf.saved_model.load(str(staging / SAVED_MODEL_DIR)) if "saved_model" in formats else None
-    for signature in signatures:
-        if sample_inputs is not None:
-            batches = _sample_batches(signature, sample_inputs, vocabulary)
-        else:
-            batches = _generated_batches(signature, shapes, rng)
-        try:
-            expected = [signature.call_keras(arrays) for arrays in batches]
-        except Exception as error:
-            raise ExportError(
-                f"signature {signature.name!r}: the Keras model fails on the verification inputs ({type(error).__name__}: {error}); "
-                "pass `sample_inputs` with valid values."
-            ) from error
-        report.batches[signature.name] = [
-            {n: list(a.shape) for n, a in zip(signature.input_names, arrays)} for arrays in batches
-        ]
-        if loaded is not None:
+    run_saved_model = None
+    if "saved_model" in formats:
+        loaded = tf.saved_model.load(str(staging / SAVED_MODEL_DIR))
+
+        def run_saved_model(signature, arrays):
             function = loaded.signatures[signature.name]
-            actual = [
-                {
-                    k: v.numpy()
-                    for k, v in function(**{n: tf.constant(a) for n, a in zip(signature.input_names, arrays)}).items()
-                }
-                for arrays in batches
-            ]
-            _record(report, signature, "saved_model", expected, actual, atol)
-        if signature.name in sessions:
-            _record(report, signature, "onnx", expected, _run_session(sessions, signature, batches), atol)
-        if signature.name in quantized:
-            actual = _run_session(quantized, signature, batches)
-            report.quantized[signature.name]["outputs"] = _quantized_outputs(signature, expected, actual)
-    report.timings_s["verify"] = round(time.perf_counter() - begin, 3)
-    _check_parity(report)
+            outputs = function(**{n: tf.constant(a) for n, a in zip(signature.input_names, arrays)})
+            return {k: v.numpy() for k, v in outputs.items()}
 
-
-def _run_session(sessions, signature, batches):
-    """[{output name: array}] of the signature's onnxruntime session on each batch."""
-    session = sessions[signature.name]
-    names = [o.name for o in session.get_outputs()]
-    return [dict(zip(names, session.run(None, dict(zip(signature.input_names, arrays))))) for arrays in batches]
+    _verify(signatures, batches_for, run_saved_model, sessions, quantized, atol, report)

@@ -7,14 +7,12 @@ import re
 import time
 
 import keras
-import numpy as np
 
 from keras_attention.export.layout import SAVED_MODEL_DIR, _onnx_file
 from keras_attention.export.onnx import _name_dynamic_axes, _session
-from keras_attention.export.parity import _check_parity, _record
-from keras_attention.export.quantize import _quantize_signature, _quantized_outputs
+from keras_attention.export.parity import _verify
+from keras_attention.export.quantize import _quantize_signature
 from keras_attention.export.report import ExportError
-from keras_attention.export.samples import _generated_batches, _sample_batches
 
 # JAX's StableHLO newer than TensorFlow's XlaCallModule reads (support.py, note b).
 _STABLEHLO_SKEW = "failed to deserialize portable artifact"
@@ -156,54 +154,15 @@ def write_and_verify(signatures, staging, directory, formats, opset, verify, bat
             if quantize:
                 quantized[signature.name] = _quantize_signature(signature.name, staging, directory, quantize, report)
         report.timings_s["onnx"] = round(time.perf_counter() - begin, 3)
-    begin = time.perf_counter()
-    for signature in signatures:
-        batches = batches_for(signature)
-        if not verify:
-            # The SavedModel is still run once: a JAX artifact TensorFlow
-            # cannot read fails only when called.
-            if loaded is not None:
-                _run_saved_model(loaded, signature, batches[0])
-            continue
-        report.batches[signature.name] = [
-            {n: list(a.shape) for n, a in zip(signature.input_names, arrays)} for arrays in batches
-        ]
-        try:
-            expected = [signature.call_keras(arrays) for arrays in batches]
-        except Exception as error:
-            raise ExportError(
-                f"signature {signature.name!r}: the Keras model fails on the verification inputs "
-                f"({type(error).__name__}: {error}); pass `sample_inputs` with valid values."
-            ) from error
-        if loaded is not None:
-            actual = [_run_saved_model(loaded, signature, arrays) for arrays in batches]
-            _record(report, signature, "saved_model", expected, actual, atol)
-        for format, runs in (("onnx", sessions), ("int8", quantized)):
-            if signature.name not in runs:
-                continue
-            session = runs[signature.name]
-            names = [o.name for o in session.get_outputs()]
-            actual = [
-                dict(zip(names, session.run(None, dict(zip(signature.input_names, arrays))))) for arrays in batches
-            ]
-            if format == "onnx":
-                _record(report, signature, "onnx", expected, actual, atol)
-            else:
-                report.quantized[signature.name]["outputs"] = _quantized_outputs(signature, expected, actual)
     if not verify:
+        # The SavedModel is still run once: a JAX artifact TensorFlow cannot
+        # read fails only when called.
+        if loaded is not None:
+            for signature in signatures:
+                _run_saved_model(loaded, signature, batches_for(signature)[0])
         report.notes.append("verify=False: no parity measured.")
         return
-    report.timings_s["verify"] = round(time.perf_counter() - begin, 3)
-    _check_parity(report)
-
-
-def batches_function(sample_inputs, vocabulary, shapes, seed):
-    """signature -> its verification batches, as the TensorFlow path makes them."""
-    rng = np.random.default_rng(seed)
-
-    def batches_for(signature):
-        if sample_inputs is not None:
-            return _sample_batches(signature, sample_inputs, vocabulary)
-        return _generated_batches(signature, shapes, rng)
-
-    return batches_for
+    run_saved_model = (
+        None if loaded is None else (lambda signature, arrays: _run_saved_model(loaded, signature, arrays))
+    )
+    _verify(signatures, batches_for, run_saved_model, sessions, quantized, atol, report)

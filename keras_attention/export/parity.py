@@ -1,6 +1,8 @@
 """Exported outputs compared with Keras: one `ParityRow` per output and
 format, and the `ExportError` that names every mismatch."""
 
+import time
+
 import keras
 import numpy as np
 
@@ -46,3 +48,43 @@ def _check_parity(report):
             for row in failures
         )
         raise ExportError(f"export does not match Keras: {listed}. Nothing was written.\n{report.table()}", report)
+
+
+def _run_session(sessions, signature, batches):
+    """[{output name: array}] of the signature's onnxruntime session on each batch."""
+    session = sessions[signature.name]
+    names = [o.name for o in session.get_outputs()]
+    return [dict(zip(names, session.run(None, dict(zip(signature.input_names, arrays))))) for arrays in batches]
+
+
+def _verify(signatures, batches_for, run_saved_model, sessions, quantized, atol, report):
+    """Compare every written artifact with Keras on each signature's
+    verification batches: the SavedModel (`run_saved_model(signature,
+    arrays)`, None when not written), the ONNX `sessions` and the int8
+    `quantized` ones ({signature name: session}); records the rows in
+    `report` and raises `ExportError` on a mismatch."""
+    from keras_attention.export.quantize import _quantized_outputs
+
+    begin = time.perf_counter()
+    for signature in signatures:
+        batches = batches_for(signature)
+        try:
+            expected = [signature.call_keras(arrays) for arrays in batches]
+        except Exception as error:
+            raise ExportError(
+                f"signature {signature.name!r}: the Keras model fails on the verification inputs "
+                f"({type(error).__name__}: {error}); pass `sample_inputs` with valid values."
+            ) from error
+        report.batches[signature.name] = [
+            {n: list(a.shape) for n, a in zip(signature.input_names, arrays)} for arrays in batches
+        ]
+        if run_saved_model is not None:
+            actual = [run_saved_model(signature, arrays) for arrays in batches]
+            _record(report, signature, "saved_model", expected, actual, atol)
+        if signature.name in sessions:
+            _record(report, signature, "onnx", expected, _run_session(sessions, signature, batches), atol)
+        if signature.name in quantized:
+            actual = _run_session(quantized, signature, batches)
+            report.quantized[signature.name]["outputs"] = _quantized_outputs(signature, expected, actual)
+    report.timings_s["verify"] = round(time.perf_counter() - begin, 3)
+    _check_parity(report)

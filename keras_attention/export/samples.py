@@ -108,3 +108,16 @@ def _sample_batches(signature, sample_inputs, vocabulary):
             f"(expected keys {signature.input_names})."
         )
     return batches
+
+
+def batches_function(sample_inputs, vocabulary, shapes, seed):
+    """signature -> its verification batches: `sample_inputs`' when given,
+    else generated ones (one generator for all signatures, in their order)."""
+    rng = np.random.default_rng(seed)
+
+    def batches_for(signature):
+        if sample_inputs is not None:
+            return _sample_batches(signature, sample_inputs, vocabulary)
+        return _generated_batches(signature, shapes, rng)
+
+    return batches_for
