@@ -69,7 +69,10 @@ def _assert_close(got, want, atol=1e-5):
 
 @pytest.mark.parametrize("build", [additive, pytest.param(multi_head, marks=ON_TORCH)])
 @NEEDS_JAX2ONNX
-@pytest.mark.skipif(BACKEND == "tensorflow", reason="test_export.py")
+@pytest.mark.skipif(
+    BACKEND == "tensorflow",
+    reason="Keras's ONNX exporters of JAX and PyTorch; on TensorFlow, tf2onnx exports this model (test_export.py)",
+)
 def test_onnx_of_a_layer_model_equals_keras(build, tmp_path):
     model = build()
     report = ka.export_model(model, tmp_path / "export", formats=["onnx"])
