@@ -191,7 +191,13 @@ def test_first_top_k_takes_equal_values_from_the_lowest_index(tie_order, monkeyp
         first_top_k(ops.convert_to_tensor(x), None)
 
 
-def test_beam_rows_gather_beams_reorder_beams_and_write_step():
+# Both ways `gather_beams` takes rows: a comparison mask (small rows) and a gather.
+SELECTIONS = {"mask": 10**9, "gather": 0}
+
+
+@pytest.mark.parametrize("selection", SELECTIONS)
+def test_beam_rows_gather_beams_reorder_beams_and_write_step(selection, monkeypatch):
+    monkeypatch.setattr(keras_attention.decoding.beams, "SELECT_BY_MASK_ELEMENTS", SELECTIONS[selection])
     parents = np.array([[1, 1, 0], [2, 0, 1]], "int32")
     np.testing.assert_array_equal(beam_rows(parents), [1, 1, 0, 5, 3, 4])
     tensor = np.arange(2 * 3 * 2 * 2).reshape(2, 3, 2, 2)
@@ -213,6 +219,30 @@ def test_beam_rows_gather_beams_reorder_beams_and_write_step():
     want = alignments[np.arange(2)[:, None], parents].copy()
     want[:, :, 1] = step
     np.testing.assert_array_equal(write_step(alignments, parents, 1, step), want)
+
+
+@pytest.mark.parametrize("selection", SELECTIONS)
+def test_gather_beams_is_exact_for_every_dtype_and_for_infinities(selection, monkeypatch):
+    monkeypatch.setattr(keras_attention.decoding.beams, "SELECT_BY_MASK_ELEMENTS", SELECTIONS[selection])
+    rng = np.random.default_rng(4)
+    parents = rng.integers(0, 4, size=(3, 4)).astype("int32")
+    floats = rng.standard_normal((3, 4, 6)).astype("float32")
+    floats[0, :, 0] = [-np.inf, np.inf, NEG_INF, -0.0]  # a mask that multiplied would give NaN
+    floats[1, 2, 3] = np.nan  # only the beams that take row 2 may see it
+    cases = {
+        "float32": floats,
+        "float16": np.where(np.isfinite(floats), floats, 0.0).astype("float16"),
+        "int32": rng.integers(-(2**31), 2**31 - 1, size=(3, 4, 6)).astype("int32"),
+        "bool": rng.random((3, 4, 6)) < 0.5,
+    }
+    for dtype, tensor in cases.items():
+        got = ops.convert_to_numpy(gather_beams(ops.convert_to_tensor(tensor), parents))
+        want = tensor[np.arange(3)[:, None], parents]
+        assert keras.backend.standardize_dtype(got.dtype) == dtype
+        np.testing.assert_array_equal(got, want, err_msg=dtype)
+    # An empty batch keeps its shape.
+    empty = gather_beams(ops.zeros((0, 4, 6), "float32"), ops.zeros((0, 4), "int32"))
+    assert tuple(ops.shape(empty)) == (0, 4, 6)
 
 
 def test_search_is_decided_compares_the_best_finished_with_the_best_reachable():

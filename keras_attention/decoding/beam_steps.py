@@ -13,6 +13,7 @@ from keras import ops
 from keras_attention import _checks
 from keras_attention._reductions import first_top_k
 from keras_attention.decoding import _loop
+from keras_attention.decoding.beams import gather_beams
 
 __all__ = [
     "LENGTH_CONVENTIONS",
@@ -209,10 +210,14 @@ def select_candidates(scores, total, finished, lengths, end_token, pad_token):
     best_scores, best = first_top_k(ops.reshape(scores, (batch, width * vocabulary)), width)
     parents = ops.floor_divide(best, vocabulary)
     tokens = ops.mod(best, vocabulary)
-    log_probs = ops.take_along_axis(ops.reshape(total, (batch, width * vocabulary)), best, axis=1)
-    parent_finished = ops.take_along_axis(finished, parents, axis=1)
+    # One gather from the flat candidates (a `take_along_axis` costs some
+    # thirty shape operations per step in an exported graph); the parents'
+    # flags and lengths by `gather_beams`'s mask, as the width is small.
+    offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * (width * vocabulary), 1)
+    log_probs = ops.reshape(ops.take(ops.reshape(total, (-1,)), ops.reshape(best + offsets, (-1,))), (batch, width))
+    parent_finished = gather_beams(finished, parents)
     tokens = ops.where(parent_finished, pad_token, tokens)
-    lengths = ops.take_along_axis(ops.cast(lengths, "int32"), parents, axis=1)
+    lengths = gather_beams(ops.cast(lengths, "int32"), parents)
     lengths = lengths + ops.cast(ops.logical_not(parent_finished), "int32")
     return {
         "scores": best_scores,

@@ -130,6 +130,11 @@ def gather_beams(tensor, parents):
     # [[11, 11], [20, 21]]
     ```
     """
+    tensor = ops.convert_to_tensor(tensor)
+    width = tensor.shape[1]
+    row_size = _static_size(tensor.shape[2:])
+    if width is not None and row_size is not None and width * width * row_size <= SELECT_BY_MASK_ELEMENTS:
+        return _select_beams(tensor, parents, width)
     shape = ops.shape(tensor)
     # The row count from `parents`, not from `tensor`'s own dimensions:
     # tf2onnx rewrites a reshape to its input's merged dimensions as one with
@@ -137,6 +142,41 @@ def gather_beams(tensor, parents):
     rows = ops.shape(parents)[0] * ops.shape(parents)[1]
     flat = ops.reshape(tensor, (rows, *shape[2:]))
     return ops.reshape(ops.take(flat, beam_rows(parents), axis=0), shape)
+
+
+# Up to this many elements per example (width * width * the row's size),
+# `gather_beams` selects each new beam's row with a comparison mask instead
+# of a gather: in an exported graph a gather of the flat rows costs some forty
+# shape and index operations per step (reshapes, and Keras's handling of
+# negative indices), which outweigh the arithmetic of a small mask (a
+# beam's token history: width 5, 32 steps). Both are exact.
+SELECT_BY_MASK_ELEMENTS = 4096
+
+
+def _static_size(dimensions):
+    size = 1
+    for dimension in dimensions:
+        if dimension is None:
+            return None
+        size *= dimension
+    return size
+
+
+def _select_beams(tensor, parents, width):
+    """`gather_beams` as a masked sum over the parent axis: exactly one term
+    of each sum is taken, the others are zeros (False for booleans)."""
+    is_parent = ops.equal(ops.expand_dims(ops.cast(parents, "int32"), -1), ops.arange(width, dtype="int32"))
+    is_parent = ops.reshape(is_parent, (*ops.shape(is_parent), *([1] * (len(tensor.shape) - 2))))
+    candidates = ops.expand_dims(tensor, 1)  # [b, 1, j, ...]: every parent j for every new beam k
+    dtype = keras.backend.standardize_dtype(tensor.dtype)
+    # The parent axis is 2, counted from the front (an empty batch).
+    if dtype == "bool":
+        return ops.any(ops.logical_and(is_parent, candidates), axis=2)
+    if "int" in dtype:
+        # A product: tf2onnx spells an integer `where` as five arithmetic operations.
+        return ops.sum(candidates * ops.cast(is_parent, tensor.dtype), axis=2)
+    # A select, not a product: 0 * inf would be NaN.
+    return ops.sum(ops.where(is_parent, candidates, ops.zeros((), tensor.dtype)), axis=2)
 
 
 def reorder_beams(state, parents):
