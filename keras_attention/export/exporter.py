@@ -10,6 +10,7 @@ from pathlib import Path
 
 import keras
 
+from keras_attention.export import fused_rnn
 from keras_attention.export.directories import _check_target, _put_in_place, _remove_created
 from keras_attention.export.keras_exporters import write_and_verify
 from keras_attention.export.layout import (
@@ -26,9 +27,9 @@ from keras_attention.export.layout import (
 )
 from keras_attention.export.models import _as_models, _exportable_copy
 from keras_attention.export.onnx import _export_onnx
-from keras_attention.export.parity import _verify
+from keras_attention.export.parity import _difference, _run_session, _verify
 from keras_attention.export.quantize import _check_quantize, _quantize_signature
-from keras_attention.export.report import ExportReport
+from keras_attention.export.report import ExportError, ExportReport
 from keras_attention.export.samples import batches_function
 from keras_attention.export.signatures import _make_signature, spec_dtype, spec_shape
 from keras_attention.export.support import check_support
@@ -76,6 +77,14 @@ def export_model(
     name and one ONNX file (`model.onnx` for `serving_default`, else
     `<name>.onnx`). Mixed-precision models, and on a GPU cuDNN RNNs, are
     exported from a rebuilt float32, cuDNN-free copy with the same weights.
+
+    Masked LSTM layers (Bidirectional ones too) whose mask is the padding
+    of an id input (`Embedding(mask_zero=True)`) become fused ONNX LSTM
+    nodes over that input's lengths, instead of a loop of small operations
+    per step, when the result matches Keras on the verification batches
+    (the report's notes say which); the lengths count the ids != 0, so the
+    padding must come after the tokens, as generated here and as
+    `Vocabulary.encode` writes it.
 
     Every ONNX file passes `onnx.checker` and loads in onnxruntime. With
     `verify`, every output of every signature in every format is compared
@@ -260,10 +269,10 @@ def _write_and_verify(signatures, staging, directory, formats, opset, verify, ba
         begin = time.perf_counter()
         report.paths["onnx"] = {}
         for signature in signatures:
-            function = functions.get(signature.name)
-            if function is None:
-                function = tf.function(signature.serve, input_signature=signature.input_specs, autograph=False)
-            sessions[signature.name] = _export_onnx(signature, function, staging / _onnx_file(signature.name), opset)
+            path = staging / _onnx_file(signature.name)
+            sessions[signature.name] = _onnx_session(
+                signature, functions.get(signature.name), path, opset, batches_for, atol, report
+            )
             report.paths["onnx"][signature.name] = str(directory / _onnx_file(signature.name))
         report.timings_s["onnx"] = round(time.perf_counter() - begin, 3)
 
@@ -287,3 +296,42 @@ def _write_and_verify(signatures, staging, directory, formats, opset, verify, ba
             return {k: v.numpy() for k, v in outputs.items()}
 
     _verify(signatures, batches_for, run_saved_model, sessions, quantized, atol, report)
+
+
+def _onnx_session(signature, function, path, opset, batches_for, atol, report):
+    """Write the signature's ONNX file and return its session: with its
+    masked LSTM/GRU layers as fused nodes when they can be and the result
+    matches Keras on the verification batches (`fused_rnn`), else as tf2onnx
+    converts the traced `function` (traced here when None)."""
+    import tensorflow as tf
+
+    layers = fused_rnn.recurrent_layers(signature.model)
+    if layers:
+        try:
+            traced, lengths_from = fused_rnn.traced_without_masks(signature, layers)
+            session = _export_onnx(signature, traced, path, opset, lengths_from, len(layers))
+            _same_as_keras(signature, session, batches_for(signature), atol)
+            report.notes.append(
+                f"ONNX {signature.name!r}: {len(layers)} masked recurrent layer direction(s) run as fused "
+                f"LSTM/GRU nodes over the lengths of {lengths_from!r} (ids != 0; the padding must come "
+                "after the tokens, as generated and as Vocabulary.encode writes it)."
+            )
+            return session
+        except (fused_rnn.NotFused, ExportError) as reason:
+            if str(reason):
+                report.notes.append(f"ONNX {signature.name!r}: recurrent layers left as converted ({reason}).")
+    if function is None:
+        function = tf.function(signature.serve, input_signature=signature.input_specs, autograph=False)
+    return _export_onnx(signature, function, path, opset)
+
+
+def _same_as_keras(signature, session, batches, atol):
+    """Raise `fused_rnn.NotFused` unless `session` gives Keras's outputs on
+    `batches` (integers exactly, floats within `atol`)."""
+    for got, arrays in zip(_run_session({signature.name: session}, signature, batches), batches):
+        want = signature.call_keras(arrays)
+        for name, dtype in zip(signature.output_names, signature.output_dtypes):
+            tolerance = 0.0 if dtype.startswith(("int", "uint", "bool")) else atol
+            difference = _difference(got[name], want[name])
+            if not difference <= tolerance:
+                raise fused_rnn.NotFused(f"output {name!r} differed from Keras by {difference:.3g}")

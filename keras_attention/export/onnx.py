@@ -143,9 +143,15 @@ def _selects_stay_selects(graph, nodes):
     return nodes
 
 
-def _export_onnx(signature, function, path, opset):
+def _export_onnx(signature, function, path, opset, lengths_from=None, directions=None):
+    """Convert `function` (the signature traced) with tf2onnx, check and save
+    the file, and return its onnxruntime session. With `lengths_from`, the
+    function was traced with its recurrent layers' masks withheld, and the
+    fused nodes read that input's lengths (`fused_rnn.fuse`)."""
     import onnx
     import tf2onnx
+
+    from keras_attention.export import fused_rnn
 
     collector = _Collect()
     logger = logging.getLogger("tf2onnx")
@@ -164,6 +170,7 @@ def _export_onnx(signature, function, path, opset):
     unconverted = _unconvertible_nodes(model_proto.graph)
     if unconverted or any("is not supported" in m or "Unsupported ops" in m for m in collector.messages):
         raise _conversion_error(signature, opset, unconverted, collector.messages)
+    fused_rnn.fuse(model_proto, lengths_from, directions)
     if opset >= 14:  # Reshape has `allowzero` from opset 14
         _reshapes_keep_zero_sizes(model_proto.graph)
     _name_dynamic_axes(model_proto, signature)

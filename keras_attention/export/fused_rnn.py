@@ -1,0 +1,229 @@
+"""Masked LSTM layers exported as fused ONNX nodes with sequence lengths.
+
+tf2onnx fuses a Keras LSTM layer (a Bidirectional pair into one
+bidirectional node) into one ONNX LSTM node only when no mask reaches
+it. A masked layer, the usual encoder over padded ids, stays an ONNX Loop of
+some thirty small operations per time step and direction, which costs a
+served encoder-decoder about as much as its decoder. The fused node's
+`sequence_lens` input computes the masked layer exactly when the mask is the
+padding of an id input (`ids != 0`, as `Embedding(mask_zero=True)` gives) and
+the padding comes after the tokens: the steps past an example's length are
+skipped, the reverse direction starts at its last token and the final states
+are those of its last token.
+
+`traced_without_masks` traces a signature with the masks withheld from its
+recurrent layers and tells, from the trace, which input's padding every mask
+was; `fuse` gives every fused node those lengths and guards it against an
+empty batch (onnxruntime's LSTM aborts the process on one). The exporter
+compares the result with Keras and keeps the plain conversion when it
+differs (`exporter._onnx_session`).
+"""
+
+import contextlib
+
+import keras
+import numpy as np
+
+# The layers tf2onnx 1.17 fuses (it leaves Keras 3's GRU a Loop, masked or
+# not), and the fused ops the empty-batch guard goes around.
+RECURRENT_LAYERS = (keras.layers.LSTM,)
+FUSED_OPS = ("LSTM", "GRU")
+
+
+class NotFused(Exception):
+    """Why a signature keeps the plain conversion (its message says; none
+    when there was nothing to fuse)."""
+
+
+def recurrent_layers(model):
+    """The LSTM layers in `model`, nested models and Bidirectional wrappers included."""
+    found = []
+
+    def visit(layer):
+        if isinstance(layer, RECURRENT_LAYERS):
+            found.append(layer)
+        elif isinstance(layer, keras.layers.Bidirectional):
+            visit(layer.forward_layer)
+            visit(layer.backward_layer)
+        for sublayer in getattr(layer, "layers", None) or []:
+            visit(sublayer)
+
+    visit(model)
+    return found
+
+
+@contextlib.contextmanager
+def _masks_withheld(layers):
+    """Within the block each layer's `call` runs without its mask; yields
+    the list the masks it was given are appended to (None when unmasked)."""
+    masks = []
+    for layer in layers:
+        original = layer.call
+
+        def call(*args, _original=original, **kwargs):
+            masks.append(kwargs.pop("mask", None))
+            return _original(*args, **kwargs)
+
+        layer.call = call  # an instance attribute: the class's method is untouched
+    try:
+        yield masks
+    finally:
+        for layer in layers:
+            del layer.call
+
+
+def traced_without_masks(signature, layers):
+    """A `tf.function` of `signature.serve`, traced with the masks withheld
+    from `layers`, and the name of the input whose padding (`!= 0`) every
+    withheld mask was. Raises `NotFused` when a layer had no mask (it must
+    run over every step; tf2onnx fuses it already) or another mask."""
+    import tensorflow as tf
+
+    function = tf.function(signature.serve, input_signature=signature.input_specs, autograph=False)
+    with _masks_withheld(layers) as masks:
+        function.get_concrete_function(*signature.input_specs)
+    if all(mask is None for mask in masks):
+        raise NotFused()  # nothing to fuse: tf2onnx fuses unmasked layers itself
+    sources = {_padding_source(mask) for mask in masks}
+    if None in sources or len(sources) != 1:
+        raise NotFused("a recurrent layer's mask is not the padding (!= 0) of one input, or one has none")
+    (placeholder,) = sources
+    for name, spec in zip(signature.input_names, signature.input_specs):
+        if spec.name == placeholder:
+            return function, name
+    raise NotFused(f"the recurrent layers' mask comes from {placeholder!r}, which is no input of the signature")
+
+
+def _padding_source(mask):
+    """The name of the placeholder `p` when `mask` is `p != 0`, else None."""
+    import tensorflow as tf
+
+    if mask is None:
+        return None
+    while mask.op.type == "Identity":
+        mask = mask.op.inputs[0]
+    if mask.op.type != "NotEqual":
+        return None
+    ids, padding = mask.op.inputs
+    value = tf.get_static_value(padding)
+    if value is None or np.ndim(value) != 0 or value != 0:
+        return None
+    while ids.op.type == "Identity":
+        ids = ids.op.inputs[0]
+    return ids.op.name if ids.op.type == "Placeholder" else None
+
+
+def fuse(model_proto, input_name=None, directions=None):
+    """Guard every fused LSTM/GRU node of `model_proto` against an empty
+    batch and, with `input_name`, give it the lengths of that input's rows
+    (entries != 0, counted). Returns how many nodes there are.
+
+    `directions` is how many layer directions were traced without masks:
+    the fused nodes must account for all of them (a bidirectional node for
+    two), or some stayed a Loop that would run unmasked (`NotFused`)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = model_proto.graph
+    fused = [node for node in graph.node if node.op_type in FUSED_OPS]
+    covered = sum(2 if _direction(node) == "bidirectional" else 1 for node in fused)
+    given = [node for node in fused if len(node.input) > 4 and node.input[4]]
+    if input_name is not None and (covered != directions or given):
+        raise NotFused(f"tf2onnx fused {covered} of the {directions} recurrent layer directions")
+    if not fused:
+        return 0
+    constants = {
+        "fused_rnn/start": np.array([0], np.int64),
+        "fused_rnn/axis_1": np.array([1], np.int64),
+        "fused_rnn/axis_2": np.array([2], np.int64),
+        "fused_rnn/one": np.array([1], np.int64),
+        "fused_rnn/no_length": np.array([0], np.int32),
+    }
+    graph.initializer.extend(onnx.numpy_helper.from_array(v, k) for k, v in constants.items())
+    prelude, lengths = [], None
+    if input_name is not None:
+        (ids,) = [value for value in graph.input if value.name == input_name]
+        dtype = helper.tensor_dtype_to_np_dtype(ids.type.tensor_type.elem_type)
+        graph.initializer.append(onnx.numpy_helper.from_array(np.zeros((), dtype), "fused_rnn/padding_id"))
+        lengths = "fused_rnn/lengths"
+        prelude = [
+            helper.make_node("Equal", [input_name, "fused_rnn/padding_id"], ["fused_rnn/is_padding"]),
+            helper.make_node("Not", ["fused_rnn/is_padding"], ["fused_rnn/is_token"]),
+            helper.make_node("Cast", ["fused_rnn/is_token"], ["fused_rnn/tokens"], to=TensorProto.INT32),
+            helper.make_node("ReduceSum", ["fused_rnn/tokens", "fused_rnn/axis_1"], [lengths], keepdims=0),
+        ]
+    rewritten = []
+    for node in graph.node:
+        if node.op_type in FUSED_OPS:
+            rewritten += _guarded(node, lengths)
+        else:
+            rewritten.append(node)
+    del graph.node[:]
+    graph.node.extend(prelude + rewritten)
+    return len(fused)
+
+
+def _guarded(node, lengths):
+    """`node` (inputs X `(steps, batch, features)`, W, R, B, sequence_lens,
+    initial_h, initial_c, ...) between the nodes that give an empty batch
+    one row of zeros (of length 0) and slice it off its outputs, and that
+    feed it `lengths` when given."""
+    from onnx import helper
+
+    prefix = f"fused_rnn/{node.name}"
+    inputs = list(node.input) + [""] * (5 - len(node.input))
+    x = inputs[0]
+    before = [
+        helper.make_node("Shape", [x], [f"{prefix}/x_shape"]),
+        helper.make_node("Slice", [f"{prefix}/x_shape", "fused_rnn/axis_1", "fused_rnn/axis_2"], [f"{prefix}/batch"]),
+        helper.make_node("Min", [f"{prefix}/batch", "fused_rnn/one"], [f"{prefix}/nonempty"]),
+        helper.make_node("Sub", ["fused_rnn/one", f"{prefix}/nonempty"], [f"{prefix}/extra"]),
+    ]
+    inputs[0] = f"{prefix}/x"
+    before += _with_extra_row(x, inputs[0], f"{prefix}/extra", prefix=inputs[0])
+    node_lengths = lengths or inputs[4]
+    if node_lengths:
+        inputs[4] = f"{prefix}/lengths"
+        before += [
+            helper.make_node("Expand", ["fused_rnn/no_length", f"{prefix}/extra"], [f"{prefix}/extra_length"]),
+            helper.make_node("Concat", [node_lengths, f"{prefix}/extra_length"], [inputs[4]], axis=0),
+        ]
+    for position in range(5, min(len(inputs), 7)):  # initial_h, initial_c: (directions, batch, units)
+        if inputs[position]:
+            state, inputs[position] = inputs[position], f"{prefix}/state_{position}"
+            before += _with_extra_row(state, inputs[position], f"{prefix}/extra", prefix=inputs[position])
+    outputs = list(node.output)
+    wide = [f"{prefix}/output_{i}" if name else "" for i, name in enumerate(outputs)]
+    del node.input[:], node.output[:]
+    node.input.extend(inputs)
+    node.output.extend(wide)
+    after = [
+        # Y: (steps, directions, batch, units); Y_h, Y_c: (directions, batch, units).
+        helper.make_node(
+            "Slice",
+            [full, "fused_rnn/start", f"{prefix}/batch", "fused_rnn/axis_2" if i == 0 else "fused_rnn/axis_1"],
+            [name],
+        )
+        for i, (name, full) in enumerate(zip(outputs, wide))
+        if name
+    ]
+    return before + [node] + after
+
+
+def _direction(node):
+    for attribute in node.attribute:
+        if attribute.name == "direction":
+            return attribute.s.decode()
+    return "forward"
+
+
+def _with_extra_row(name, output, extra, prefix):
+    """Nodes appending `extra` (a `(1,)` count) rows of zeros to `name` along its axis 1."""
+    from onnx import helper
+
+    return [
+        helper.make_node("Shape", [name], [f"{prefix}/shape"]),
+        helper.make_node("ScatterElements", [f"{prefix}/shape", "fused_rnn/axis_1", extra], [f"{prefix}/extra_shape"]),
+        helper.make_node("ConstantOfShape", [f"{prefix}/extra_shape"], [f"{prefix}/zeros"]),
+        helper.make_node("Concat", [name, f"{prefix}/zeros"], [output], axis=1),
+    ]

@@ -1,0 +1,136 @@
+"""Masked LSTM encoders export as fused ONNX nodes over the input's
+lengths (export/fused_rnn.py): the same outputs as Keras, no per-step Loop,
+an empty batch served, and the plain conversion kept wherever that would
+not be exact."""
+
+import collections
+
+import keras
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+
+from keras_attention.export import export_model
+
+# Right-padded ids: a full row, a short one, a row of padding only.
+IDS = np.array([[3, 4, 5, 6, 7], [8, 9, 0, 0, 0], [0, 0, 0, 0, 0], [1, 2, 3, 4, 0]], np.int32)
+
+
+def _encoder(layer=keras.layers.LSTM, depth=2, bidirectional=True, mask=True, sequence=True, **options):
+    """ids -> a stack of recurrent layers -> {sequence (unless not `sequence`), final states}."""
+    keras.utils.set_random_seed(5)
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    x = keras.layers.Embedding(12, 6, mask_zero=mask)(ids)
+    for number in range(depth):
+        recurrent = layer(7, return_sequences=True, return_state=number == depth - 1, **options)
+        x = (keras.layers.Bidirectional(recurrent) if bidirectional else recurrent)(x)
+        if number == depth - 1:
+            x, *states = x
+        else:
+            x = keras.layers.Dropout(0.1)(x)
+    outputs = {f"state_{i}": s for i, s in enumerate(states)}
+    return keras.Model(ids, {"sequence": x, **outputs} if sequence else outputs)
+
+
+def _export(model, path, samples=None):
+    report = export_model(model, path, formats=["onnx"], sample_inputs=samples or [{"ids": IDS}, {"ids": IDS[:2, :3]}])
+    graph = onnx.load(str(path / "model.onnx")).graph
+    session = onnxruntime.InferenceSession(str(path / "model.onnx"), providers=["CPUExecutionProvider"])
+    return report, collections.Counter(node.op_type for node in graph.node), session
+
+
+def _valid(output, ids):
+    """The sequence at the tokens only (Keras leaves what it likes at the padding)."""
+    return output * (ids != 0)[..., None] if output.ndim == 3 else output
+
+
+@pytest.mark.parametrize("bidirectional", [True, False], ids=["bidirectional", "forward"])
+def test_masked_encoders_become_fused_nodes_with_keras_outputs(bidirectional, tmp_path):
+    # A lone LSTM's sequence repeats its last output over the padding, where
+    # the fused node writes zeros: its states alone are served here (the
+    # sequence is the next test's).
+    model = _encoder(bidirectional=bidirectional, sequence=bidirectional)
+    report, ops, session = _export(model, tmp_path / "export")
+    assert ops["LSTM"] == 2 and ops["Loop"] == 0, ops
+    assert any("masked recurrent layer direction(s) run as fused" in note for note in report.notes), report.notes
+    assert all(row.ok for row in report.parity)
+    want = {name: np.asarray(value) for name, value in model(IDS).items()}
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"ids": IDS})))
+    for name in want:  # the row of padding only included: its states stay the initial zeros
+        np.testing.assert_allclose(_valid(got[name], IDS), _valid(want[name], IDS), atol=1e-5, err_msg=name)
+
+
+def test_outputs_at_the_padding_that_differ_keep_the_plain_conversion(tmp_path):
+    report, ops, _ = _export(_encoder(bidirectional=False), tmp_path / "export")
+    assert ops["Loop"] == 2 and ops["LSTM"] == 0, ops
+    assert any("left as converted (output 'sequence' differed from Keras" in note for note in report.notes)
+    assert all(row.ok for row in report.parity)
+
+
+def test_gru_layers_stay_loops_with_their_masks(tmp_path):
+    # tf2onnx 1.17 fuses no Keras 3 GRU: nothing is withheld from them.
+    report, ops, _ = _export(_encoder(keras.layers.GRU), tmp_path / "export")
+    assert ops["Loop"] == 4 and ops["GRU"] == 0, ops
+    assert not any("fused" in note for note in report.notes)
+    assert all(row.ok for row in report.parity)
+
+
+def test_an_empty_batch_and_empty_rows_are_served(tmp_path):
+    # onnxruntime's LSTM aborts the whole process on a batch of 0: the fused
+    # nodes get one row of zeros then, sliced off again.
+    _, _, session = _export(_encoder(), tmp_path / "export")
+    for shape in [(0, 5), (0, 0), (3, 0)]:
+        outputs = dict(
+            zip([o.name for o in session.get_outputs()], session.run(None, {"ids": np.ones(shape, "int32")}))
+        )
+        assert outputs["sequence"].shape == (shape[0], shape[1], 14)
+        assert outputs["state_0"].shape == (shape[0], 7)
+        if shape[0]:  # no token at all: the initial (zero) states
+            np.testing.assert_array_equal(outputs["state_0"], 0.0)
+
+
+def test_unmasked_layers_keep_every_step_and_serve_an_empty_batch(tmp_path):
+    # tf2onnx fuses an unmasked layer itself; it must keep running over the
+    # padding too (no lengths), and the empty-batch guard applies to it as well.
+    model = _encoder(mask=False)
+    report, ops, session = _export(model, tmp_path / "export")
+    assert ops["LSTM"] == 2 and not any("fused" in note or "recurrent" in note for note in report.notes)
+    want = np.asarray(model(IDS)["state_0"])
+    np.testing.assert_allclose(session.run(["state_0"], {"ids": IDS})[0], want, atol=1e-5)
+    assert session.run(["state_0"], {"ids": np.ones((0, 4), "int32")})[0].shape == (0, 7)
+
+
+def test_a_mask_that_is_not_the_padding_keeps_the_loop(tmp_path):
+    # keras.layers.Masking masks by value, not by an id of 0: no lengths can stand in for it.
+    keras.utils.set_random_seed(2)
+    values = keras.Input((None, 3), name="values")
+    states = keras.layers.LSTM(5)(keras.layers.Masking(0.0)(values))
+    model = keras.Model(values, states)
+    rows = np.random.default_rng(0).random((3, 4, 3)).astype("float32")
+    rows[1, 2:] = 0.0
+    report = export_model(model, tmp_path / "export", formats=["onnx"], sample_inputs=[{"values": rows}])
+    ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "export" / "model.onnx")).graph.node)
+    assert ops["Loop"] == 1 and ops["LSTM"] == 0, ops
+    assert any("left as converted (a recurrent layer's mask is not the padding" in note for note in report.notes)
+    assert all(row.ok for row in report.parity)
+
+
+def test_left_padded_samples_keep_the_plain_conversion(tmp_path):
+    # Lengths assume the padding after the tokens; verification batches
+    # padded in front tell the difference and the Loop stays.
+    left = np.array([[0, 0, 3, 4, 5], [6, 7, 8, 9, 1]], np.int32)
+    report, ops, session = _export(_encoder(depth=1), tmp_path / "export", samples=[{"ids": left}])
+    assert ops["Loop"] == 2 and ops["LSTM"] == 0, ops
+    assert any("left as converted (output" in note and "differed from Keras" in note for note in report.notes)
+    assert all(row.ok for row in report.parity)
+
+
+def test_a_layer_tf2onnx_does_not_fuse_keeps_its_mask(tmp_path):
+    # softsign is no activation of ONNX's LSTM: tf2onnx leaves that layer a
+    # Loop, which without its mask would run over the padding.
+    model = _encoder(depth=1, bidirectional=False, activation="softsign")
+    report, ops, _ = _export(model, tmp_path / "export")
+    assert ops["Loop"] == 1 and ops["LSTM"] == 0, ops
+    assert any("tf2onnx fused 0 of the 1 recurrent layer directions" in note for note in report.notes), report.notes
+    assert all(row.ok for row in report.parity)
