@@ -228,11 +228,14 @@ def test_gather_beams_is_exact_for_every_dtype_and_for_infinities(selection, mon
     parents = rng.integers(0, 4, size=(3, 4)).astype("int32")
     floats = rng.standard_normal((3, 4, 6)).astype("float32")
     floats[0, :, 0] = [-np.inf, np.inf, NEG_INF, -0.0]  # a mask that multiplied would give NaN
+    # (-0.0 may come back +0.0 from the mask's sum: equal, as the test compares.)
     floats[1, 2, 3] = np.nan  # only the beams that take row 2 may see it
     cases = {
         "float32": floats,
         "float16": np.where(np.isfinite(floats), floats, 0.0).astype("float16"),
         "int32": rng.integers(-(2**31), 2**31 - 1, size=(3, 4, 6)).astype("int32"),
+        "int8": rng.integers(-128, 128, size=(3, 4, 6)).astype("int8"),
+        "uint8": rng.integers(0, 256, size=(3, 4, 6)).astype("uint8"),
         "bool": rng.random((3, 4, 6)) < 0.5,
     }
     for dtype, tensor in cases.items():
@@ -240,6 +243,7 @@ def test_gather_beams_is_exact_for_every_dtype_and_for_infinities(selection, mon
         want = tensor[np.arange(3)[:, None], parents]
         assert keras.backend.standardize_dtype(got.dtype) == dtype
         np.testing.assert_array_equal(got, want, err_msg=dtype)
+
     # An empty batch keeps its shape.
     empty = gather_beams(ops.zeros((0, 4, 6), "float32"), ops.zeros((0, 4), "int32"))
     assert tuple(ops.shape(empty)) == (0, 4, 6)

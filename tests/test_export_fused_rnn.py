@@ -105,7 +105,7 @@ def test_a_mask_that_is_not_the_padding_keeps_the_loop(tmp_path):
     # keras.layers.Masking masks by value, not by an id of 0: no lengths can stand in for it.
     keras.utils.set_random_seed(2)
     values = keras.Input((None, 3), name="values")
-    states = keras.layers.LSTM(5)(keras.layers.Masking(0.0)(values))
+    states = keras.layers.LSTM(5, return_sequences=True)(keras.layers.Masking(0.0)(values))
     model = keras.Model(values, states)
     rows = np.random.default_rng(0).random((3, 4, 3)).astype("float32")
     rows[1, 2:] = 0.0
@@ -133,4 +133,74 @@ def test_a_layer_tf2onnx_does_not_fuse_keeps_its_mask(tmp_path):
     report, ops, _ = _export(model, tmp_path / "export")
     assert ops["Loop"] == 1 and ops["LSTM"] == 0, ops
     assert any("tf2onnx fused 0 of the 1 recurrent layer directions" in note for note in report.notes), report.notes
+    assert all(row.ok for row in report.parity)
+
+
+def _refusal(model, tmp_path, samples=None):
+    report, ops, _ = _export(model, tmp_path / "export", samples)
+    assert ops["LSTM"] == 0 and ops["Loop"] >= 1, ops
+    assert all(row.ok for row in report.parity)
+    (note,) = [note for note in report.notes if "recurrent layers left as converted" in note]
+    return note
+
+
+def test_an_lstm_returning_its_last_output_only_keeps_its_loop(tmp_path):
+    # Its output would be read at the padded length, past a short row's end.
+    keras.utils.set_random_seed(3)
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    last = keras.layers.LSTM(5)(keras.layers.Embedding(12, 4, mask_zero=True)(ids))
+    assert "returns its last output only" in _refusal(keras.Model(ids, last), tmp_path)
+
+
+def test_a_lone_backward_lstm_keeps_its_loop(tmp_path):
+    # Outside Bidirectional tf2onnx fuses it as a forward node over reversed
+    # steps, which would read the padding first.
+    model = _encoder(depth=1, bidirectional=False, sequence=False, go_backwards=True)
+    assert "runs backwards outside a Bidirectional wrapper" in _refusal(model, tmp_path)
+
+
+def test_an_lstm_given_an_initial_state_keeps_its_loop(tmp_path):
+    # A row of padding only keeps the initial state in Keras; the fused node would end with zeros.
+    keras.utils.set_random_seed(4)
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    start = keras.Input((5,), name="start")
+    embedded = keras.layers.Embedding(12, 4, mask_zero=True)(ids)
+    # The mask given explicitly: with an initial state Keras does not pass the embedding's on.
+    padding = keras.ops.not_equal(ids, 0)
+    sequence = keras.layers.LSTM(5, return_sequences=True)(embedded, initial_state=[start, start], mask=padding)
+    model = keras.Model([ids, start], sequence)
+    samples = [{"ids": IDS, "start": np.ones((4, 5), "float32")}]
+    assert "given an initial state" in _refusal(model, tmp_path, samples)
+
+
+def test_samples_without_padding_still_check_padded_rows(tmp_path):
+    # The caller's batches are full length; the check pads copies of them,
+    # which shows the lone LSTM's sequence differing at the padding.
+    full = [{"ids": np.array([[3, 4, 5], [6, 7, 8]], np.int32)}]
+    assert "output 'sequence' differed from Keras" in _refusal(_encoder(bidirectional=False), tmp_path, full)
+
+
+def test_layers_reached_twice_are_patched_once_and_restored(tmp_path):
+    # The encoder is inside a nested model and also a layer of the outer
+    # one: its LSTMs are reached twice, patched once and left unpatched.
+    encoder = _encoder(sequence=False)
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    nested = keras.Model(ids, encoder(ids)["state_0"], name="nested")
+    model = keras.Model(ids, {"first": nested(ids), "second": encoder(ids)["state_1"]})
+    report, _, session = _export(model, tmp_path / "export")
+    assert all(row.ok for row in report.parity)
+    lstms = [
+        part
+        for b in encoder.layers
+        if isinstance(b, keras.layers.Bidirectional)
+        for part in (b.forward_layer, b.backward_layer)
+    ]
+    assert len(lstms) == 4 and all("call" not in vars(layer) for layer in lstms)
+    np.testing.assert_allclose(session.run(["second"], {"ids": IDS})[0], np.asarray(model(IDS)["second"]), atol=1e-5)
+
+
+def test_generated_verification_batches_fuse_too(tmp_path):
+    report = export_model(_encoder(), tmp_path / "export", formats=["onnx"])
+    ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "export" / "model.onnx")).graph.node)
+    assert ops["LSTM"] == 2 and ops["Loop"] == 0, ops
     assert all(row.ok for row in report.parity)

@@ -173,9 +173,11 @@ def _select_beams(tensor, parents, width):
     if dtype == "bool":
         return ops.any(ops.logical_and(is_parent, candidates), axis=2)
     if "int" in dtype:
-        # A product: tf2onnx spells an integer `where` as five arithmetic operations.
-        return ops.sum(candidates * ops.cast(is_parent, tensor.dtype), axis=2)
-    # A select, not a product: 0 * inf would be NaN.
+        # A product: tf2onnx spells an integer `where` as five arithmetic
+        # operations. The sum widens small integers: cast back.
+        return ops.cast(ops.sum(candidates * ops.cast(is_parent, tensor.dtype), axis=2), dtype)
+    # A select, not a product: 0 * inf would be NaN. (Exact but for the sign
+    # of a zero: the sum starts from +0.0.)
     return ops.sum(ops.where(is_parent, candidates, ops.zeros((), tensor.dtype)), axis=2)
 
 

@@ -29,7 +29,7 @@ from keras_attention.export.models import _as_models, _exportable_copy
 from keras_attention.export.onnx import _export_onnx
 from keras_attention.export.parity import _difference, _run_session, _verify
 from keras_attention.export.quantize import _check_quantize, _quantize_signature
-from keras_attention.export.report import ExportError, ExportReport
+from keras_attention.export.report import ExportReport
 from keras_attention.export.samples import batches_function
 from keras_attention.export.signatures import _make_signature, spec_dtype, spec_shape
 from keras_attention.export.support import check_support
@@ -218,7 +218,7 @@ def export_model(
             f"`directory` {str(directory)!r}: cannot create the export there ({error.strerror or error})."
         ) from error
     try:
-        batches_for = batches_function(sample_inputs, vocabulary, shapes, seed)
+        batches_for = _once_per_signature(batches_function(sample_inputs, vocabulary, shapes, seed))
         # Off TensorFlow, through Keras's own exporters (keras_exporters.py).
         write = _write_and_verify if backend == "tensorflow" else write_and_verify
         write(signatures, staging, directory, formats, opset, verify, batches_for, atol, quantize, report)
@@ -300,24 +300,27 @@ def _write_and_verify(signatures, staging, directory, formats, opset, verify, ba
 
 def _onnx_session(signature, function, path, opset, batches_for, atol, report):
     """Write the signature's ONNX file and return its session: with its
-    masked LSTM/GRU layers as fused nodes when they can be and the result
-    matches Keras on the verification batches (`fused_rnn`), else as tf2onnx
-    converts the traced `function` (traced here when None)."""
+    masked LSTM layers as fused nodes when they can be and the result
+    matches Keras on the verification batches and on a row of them padded
+    after all, half and none of its tokens (`fused_rnn`), else as tf2onnx converts the
+    traced `function` (traced here when None)."""
     import tensorflow as tf
 
-    layers = fused_rnn.recurrent_layers(signature.model)
+    layers, refused = fused_rnn.recurrent_layers(signature.model)
     if layers:
         try:
-            traced, lengths_from = fused_rnn.traced_without_masks(signature, layers)
-            session = _export_onnx(signature, traced, path, opset, lengths_from, len(layers))
-            _same_as_keras(signature, session, batches_for(signature), atol)
+            traced, lengths_from, directions = fused_rnn.traced_without_masks(signature, layers, refused)
+            session = _export_onnx(signature, traced, path, opset, lengths_from, directions)
+            batches = batches_for(signature)
+            padded = fused_rnn.padded_variant(batches, lengths_from, signature.input_names)
+            _same_as_keras(signature, session, batches + ([padded] if padded else []), atol)
             report.notes.append(
-                f"ONNX {signature.name!r}: {len(layers)} masked recurrent layer direction(s) run as fused "
-                f"LSTM/GRU nodes over the lengths of {lengths_from!r} (ids != 0; the padding must come "
+                f"ONNX {signature.name!r}: {directions} masked recurrent layer direction(s) run as fused "
+                f"LSTM nodes over the lengths of {lengths_from!r} (ids != 0; the padding must come "
                 "after the tokens, as generated and as Vocabulary.encode writes it)."
             )
             return session
-        except (fused_rnn.NotFused, ExportError) as reason:
+        except Exception as reason:  # any failure of the attempt: the plain conversion stands
             if str(reason):
                 report.notes.append(f"ONNX {signature.name!r}: recurrent layers left as converted ({reason}).")
     if function is None:
@@ -335,3 +338,17 @@ def _same_as_keras(signature, session, batches, atol):
             difference = _difference(got[name], want[name])
             if not difference <= tolerance:
                 raise fused_rnn.NotFused(f"output {name!r} differed from Keras by {difference:.3g}")
+
+
+def _once_per_signature(batches_for):
+    """`batches_for`, computed once per signature: the fused-layer check and
+    the parity table see the same batches (generated ones draw from one
+    random generator)."""
+    cache = {}
+
+    def batches(signature):
+        if signature.name not in cache:
+            cache[signature.name] = batches_for(signature)
+        return cache[signature.name]
+
+    return batches

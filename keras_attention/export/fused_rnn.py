@@ -36,62 +36,107 @@ class NotFused(Exception):
 
 
 def recurrent_layers(model):
-    """The LSTM layers in `model`, nested models and Bidirectional wrappers included."""
-    found = []
+    """The LSTM layers in `model` (nested models and Bidirectional wrappers
+    included), each once, and the reason they cannot be fused, if any: the
+    fused node's lengths are right only for a layer that returns its
+    sequence (its last output would be read at the padded length) and runs
+    forward or as half of a Bidirectional pair (a lone backward node would
+    read the padding first)."""
+    found, seen, refused = [], set(), None
 
-    def visit(layer):
+    def visit(layer, paired=False):
+        nonlocal refused
+        if id(layer) in seen:
+            return
+        seen.add(id(layer))
         if isinstance(layer, RECURRENT_LAYERS):
             found.append(layer)
+            if not layer.return_sequences:
+                refused = f"LSTM {layer.name!r} returns its last output only (return_sequences=False)"
+            elif layer.go_backwards and not paired:
+                refused = f"LSTM {layer.name!r} runs backwards outside a Bidirectional wrapper"
         elif isinstance(layer, keras.layers.Bidirectional):
-            visit(layer.forward_layer)
-            visit(layer.backward_layer)
+            visit(layer.forward_layer, paired=True)
+            visit(layer.backward_layer, paired=True)
         for sublayer in getattr(layer, "layers", None) or []:
             visit(sublayer)
 
     visit(model)
-    return found
+    return found, refused
 
 
 @contextlib.contextmanager
 def _masks_withheld(layers):
     """Within the block each layer's `call` runs without its mask; yields
-    the list the masks it was given are appended to (None when unmasked)."""
-    masks = []
-    for layer in layers:
-        original = layer.call
-
-        def call(*args, _original=original, **kwargs):
-            masks.append(kwargs.pop("mask", None))
-            return _original(*args, **kwargs)
-
-        layer.call = call  # an instance attribute: the class's method is untouched
+    the list of what each call was given: `(mask or None, whether an
+    initial state was given)`."""
+    calls = []
+    patched = []
     try:
-        yield masks
-    finally:
         for layer in layers:
-            del layer.call
+            original = layer.call
+
+            def call(*args, _original=original, **kwargs):
+                initial_state = kwargs.get("initial_state", args[1] if len(args) > 1 else None)
+                calls.append((kwargs.pop("mask", None), initial_state is not None))
+                return _original(*args, **kwargs)
+
+            layer.call = call  # an instance attribute: the class's method is untouched
+            patched.append(layer)
+        yield calls
+    finally:
+        for layer in patched:
+            vars(layer).pop("call", None)
 
 
-def traced_without_masks(signature, layers):
+def traced_without_masks(signature, layers, refused=None):
     """A `tf.function` of `signature.serve`, traced with the masks withheld
-    from `layers`, and the name of the input whose padding (`!= 0`) every
-    withheld mask was. Raises `NotFused` when a layer had no mask (it must
-    run over every step; tf2onnx fuses it already) or another mask."""
+    from `layers`, the name of the input whose padding (`!= 0`) every
+    withheld mask was, and how many layer directions were called. Raises `NotFused` when a layer had no mask (it must
+    run over every step; tf2onnx fuses it already), another mask, or an
+    initial state (a row of padding only would end with zeros, not with it),
+    and with `refused` (from `recurrent_layers`) when any layer was masked."""
     import tensorflow as tf
 
     function = tf.function(signature.serve, input_signature=signature.input_specs, autograph=False)
-    with _masks_withheld(layers) as masks:
+    with _masks_withheld(layers) as calls:
         function.get_concrete_function(*signature.input_specs)
-    if all(mask is None for mask in masks):
+    if all(mask is None for mask, _ in calls):
         raise NotFused()  # nothing to fuse: tf2onnx fuses unmasked layers itself
-    sources = {_padding_source(mask) for mask in masks}
+    if refused:
+        raise NotFused(refused)
+    if any(given for _, given in calls):
+        raise NotFused("a recurrent layer is given an initial state")
+    sources = {_padding_source(mask) for mask, _ in calls}
     if None in sources or len(sources) != 1:
         raise NotFused("a recurrent layer's mask is not the padding (!= 0) of one input, or one has none")
     (placeholder,) = sources
     for name, spec in zip(signature.input_names, signature.input_specs):
         if spec.name == placeholder:
-            return function, name
+            return function, name, len(calls)
     raise NotFused(f"the recurrent layers' mask comes from {placeholder!r}, which is no input of the signature")
+
+
+def padded_variant(batches, input_name, input_names):
+    """A batch of three copies of the verification batches' first row, its
+    `input_name` ids cut after all, half and none of them and padded with 0
+    (the other inputs' rows repeated; an input without that batch size, a
+    run-time option's, as it is): whatever the caller's batches, the check
+    then sees padding after the tokens and a row of padding only. None when
+    there is no such row."""
+    arrays = next((a for a in batches if np.ndim(a[input_names.index(input_name)]) == 2), None)
+    if arrays is None:
+        return None
+    ids = np.asarray(arrays[input_names.index(input_name)])
+    rows, length = ids.shape
+    if not rows or not length:
+        return None
+    keep = np.array([length, max(length // 2, 1), 0])
+    cut = np.where(np.arange(length)[None, :] < keep[:, None], np.repeat(ids[:1], 3, axis=0), 0).astype(ids.dtype)
+    return [
+        cut if name == input_name else (np.repeat(np.asarray(a)[:1], 3, axis=0) if np.shape(a)[:1] == (rows,) else a)
+        for name, a in zip(input_names, arrays)
+    ]
 
 
 def _padding_source(mask):
@@ -152,10 +197,13 @@ def fuse(model_proto, input_name=None, directions=None):
             helper.make_node("Cast", ["fused_rnn/is_token"], ["fused_rnn/tokens"], to=TensorProto.INT32),
             helper.make_node("ReduceSum", ["fused_rnn/tokens", "fused_rnn/axis_1"], [lengths], keepdims=0),
         ]
+    # The element type of the zeros: the node's weights' (float32 unless
+    # the model is float64).
+    weight_types = {tensor.name: tensor.data_type for tensor in graph.initializer}
     rewritten = []
     for node in graph.node:
         if node.op_type in FUSED_OPS:
-            rewritten += _guarded(node, lengths)
+            rewritten += _guarded(node, lengths, weight_types.get(node.input[1], TensorProto.FLOAT))
         else:
             rewritten.append(node)
     del graph.node[:]
@@ -163,7 +211,7 @@ def fuse(model_proto, input_name=None, directions=None):
     return len(fused)
 
 
-def _guarded(node, lengths):
+def _guarded(node, lengths, dtype):
     """`node` (inputs X `(steps, batch, features)`, W, R, B, sequence_lens,
     initial_h, initial_c, ...) between the nodes that give an empty batch
     one row of zeros (of length 0) and slice it off its outputs, and that
@@ -180,7 +228,7 @@ def _guarded(node, lengths):
         helper.make_node("Sub", ["fused_rnn/one", f"{prefix}/nonempty"], [f"{prefix}/extra"]),
     ]
     inputs[0] = f"{prefix}/x"
-    before += _with_extra_row(x, inputs[0], f"{prefix}/extra", prefix=inputs[0])
+    before += _with_extra_row(x, inputs[0], f"{prefix}/extra", inputs[0], dtype)
     node_lengths = lengths or inputs[4]
     if node_lengths:
         inputs[4] = f"{prefix}/lengths"
@@ -191,7 +239,7 @@ def _guarded(node, lengths):
     for position in range(5, min(len(inputs), 7)):  # initial_h, initial_c: (directions, batch, units)
         if inputs[position]:
             state, inputs[position] = inputs[position], f"{prefix}/state_{position}"
-            before += _with_extra_row(state, inputs[position], f"{prefix}/extra", prefix=inputs[position])
+            before += _with_extra_row(state, inputs[position], f"{prefix}/extra", inputs[position], dtype)
     outputs = list(node.output)
     wide = [f"{prefix}/output_{i}" if name else "" for i, name in enumerate(outputs)]
     del node.input[:], node.output[:]
@@ -217,13 +265,15 @@ def _direction(node):
     return "forward"
 
 
-def _with_extra_row(name, output, extra, prefix):
-    """Nodes appending `extra` (a `(1,)` count) rows of zeros to `name` along its axis 1."""
+def _with_extra_row(name, output, extra, prefix, dtype):
+    """Nodes appending `extra` (a `(1,)` count) rows of zeros of `dtype` (an
+    ONNX element type) to `name` along its axis 1."""
     from onnx import helper
 
+    zero = helper.make_tensor("zero", dtype, [1], [0])
     return [
         helper.make_node("Shape", [name], [f"{prefix}/shape"]),
         helper.make_node("ScatterElements", [f"{prefix}/shape", "fused_rnn/axis_1", extra], [f"{prefix}/extra_shape"]),
-        helper.make_node("ConstantOfShape", [f"{prefix}/extra_shape"], [f"{prefix}/zeros"]),
+        helper.make_node("ConstantOfShape", [f"{prefix}/extra_shape"], [f"{prefix}/zeros"], value=zero),
         helper.make_node("Concat", [name, f"{prefix}/zeros"], [output], axis=1),
     ]
