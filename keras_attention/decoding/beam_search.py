@@ -172,7 +172,7 @@ def beam_search(
         chosen["token_log_probs"] = beams["token_log_probs"]
         if _loop.is_carried(beams["token_log_probs"]):
             # A beam's new log-probability less its parent's: this token's.
-            parent_log_probs = ops.take_along_axis(beams["log_probs"], parents, axis=1)
+            parent_log_probs = gather_beams(beams["log_probs"], parents)
             token_log_probs = ops.maximum(chosen["log_probs"] - parent_log_probs, _loop.NEG_INF)
             chosen["token_log_probs"] = write_step(beams["token_log_probs"], parents, time, token_log_probs)
         if length_limits is not None:

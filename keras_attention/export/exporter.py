@@ -27,7 +27,7 @@ from keras_attention.export.layout import (
 )
 from keras_attention.export.models import _as_models, _exportable_copy
 from keras_attention.export.onnx import _export_onnx
-from keras_attention.export.parity import _difference, _run_session, _verify
+from keras_attention.export.parity import _difference, _is_exact, _run_session, _verify
 from keras_attention.export.quantize import _check_quantize, _quantize_signature
 from keras_attention.export.report import ExportReport
 from keras_attention.export.samples import batches_function
@@ -334,9 +334,8 @@ def _same_as_keras(signature, session, batches, atol):
     for got, arrays in zip(_run_session({signature.name: session}, signature, batches), batches):
         want = signature.call_keras(arrays)
         for name, dtype in zip(signature.output_names, signature.output_dtypes):
-            tolerance = 0.0 if dtype.startswith(("int", "uint", "bool")) else atol
             difference = _difference(got[name], want[name])
-            if not difference <= tolerance:
+            if not difference <= (0.0 if _is_exact(dtype) else atol):
                 raise fused_rnn.NotFused(f"output {name!r} differed from Keras by {difference:.3g}")
 
 

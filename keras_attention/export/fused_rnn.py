@@ -92,10 +92,12 @@ def _masks_withheld(layers):
 def traced_without_masks(signature, layers, refused=None):
     """A `tf.function` of `signature.serve`, traced with the masks withheld
     from `layers`, the name of the input whose padding (`!= 0`) every
-    withheld mask was, and how many layer directions were called. Raises `NotFused` when a layer had no mask (it must
-    run over every step; tf2onnx fuses it already), another mask, or an
-    initial state (a row of padding only would end with zeros, not with it),
-    and with `refused` (from `recurrent_layers`) when any layer was masked."""
+    withheld mask was, and how many layer directions were called.
+
+    Raises `NotFused` when a layer had no mask (it must run over every
+    step; tf2onnx fuses it already), another mask, or an initial state (a
+    row of padding only would end with zeros, not with it), and with
+    `refused` (from `recurrent_layers`) when any layer was masked."""
     import tensorflow as tf
 
     function = tf.function(signature.serve, input_signature=signature.input_specs, autograph=False)
@@ -124,10 +126,11 @@ def padded_variant(batches, input_name, input_names):
     run-time option's, as it is): whatever the caller's batches, the check
     then sees padding after the tokens and a row of padding only. None when
     there is no such row."""
-    arrays = next((a for a in batches if np.ndim(a[input_names.index(input_name)]) == 2), None)
+    index = input_names.index(input_name)
+    arrays = next((a for a in batches if np.ndim(a[index]) == 2), None)
     if arrays is None:
         return None
-    ids = np.asarray(arrays[input_names.index(input_name)])
+    ids = np.asarray(arrays[index])
     rows, length = ids.shape
     if not rows or not length:
         return None

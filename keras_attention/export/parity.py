@@ -26,12 +26,18 @@ def _difference(got, want):
     return float(np.max(np.abs(np.where(finite, got - want, 0.0))))
 
 
+def _is_exact(dtype):
+    """Whether an output of `dtype` must equal Keras's exactly (integers and
+    booleans: token ids, lengths); floats are held to `atol`."""
+    return dtype.startswith(("int", "uint", "bool"))
+
+
 def _record(report, signature, format, expected, actual, atol):
     for name, dtype in zip(signature.output_names, signature.output_dtypes):
-        exact = dtype.startswith(("int", "uint", "bool"))
+        exact = _is_exact(dtype)
+        tolerance = 0.0 if exact else atol
         diff = max(_difference(got[name], want[name]) for got, want in zip(actual, expected))
         exported = keras.backend.standardize_dtype(np.asarray(actual[0][name]).dtype)
-        tolerance = 0.0 if exact else atol
         # A consumer reading int64 where Keras gave int32 is broken too, however equal the values.
         ok = diff <= tolerance and exported == dtype
         shown = dtype if exported == dtype else f"{dtype}->{exported}"
