@@ -169,12 +169,15 @@ SMOKE = dict(
 # syllables into jamo and accented letters into letter and accent, so
 # Korean's 1,000 syllables become 67 symbols the model can share across words.
 # The decoder without input feeding trains faster and was as accurate or
-# better (fre: 8.20 against 9.10 test WER, single models).
+# better (fre: 8.20 against 9.10 test WER, single models). 22 epochs, not
+# 20, was chosen on dev (macro dev WER 9.89 against 10.11; the ten languages
+# then train in 55 of the budget's 60 minutes; the cosine schedule spans
+# the epochs, so the last ones still learn).
 SIGMORPHON = dict(
     encoder_units=128,
     batch_size=64,
     dropout=0.3,
-    epochs=20,
+    epochs=22,
     patience=6,
     normalization="NFD",
     decoder="luong",
