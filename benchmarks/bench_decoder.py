@@ -27,6 +27,26 @@ side would run. A probe at longer sources (Ts = 64, 128; full runs only)
 shows how the ratio to the plain loop changes with Ts: the per-step key
 projection the library saves grows with Ts, but so does the attention's
 `(B, Ts, units)` tanh block that every side computes at every step.
+
+The arithmetic limit (issue 19's third target): the step's matmul FLOPs
+(`train_flops`) at this machine's float32 matmul rate, measured in the same
+run on a square product (`matmul_rate`); ours at its faster setting should
+take at most 2.5x that.
+
+Where ours spends its XLA step (2026-11-26, one session, B=64 as above,
+each pair alternating in one process): additive attention 29.2 ms, the same
+decoder with dot-product attention 25.4 ms, the bare GRU 20.9 ms, so the
+additive score's tanh block costs about 3.7 ms and the rest of the
+attention (softmax, context, the fed-back attention state) about 4.5 ms.
+Tried and not kept: a hand-fused GRU step (the target embeddings' gate
+projections for all steps in one product before the loop, and the
+recurrent gates and the attention query in one product per step) ran
+31.8 ms against 29.0 ms; the context as a broadcast product and sum instead
+of a batched matmul, 31.5 ms against 27.9; the score's sum over `units` as
+a broadcast product (33.4 against 28.1) or a matmul (30.9 against 28.6)
+instead of the einsum. Rematerialising the tanh block in the backward pass
+(`keras.remat` around the score) was the one gain, 26.8 against 28.1 ms
+(-4.6%), too little to reach the targets alone.
 """
 
 import json
@@ -271,7 +291,14 @@ def run(quick, log, want_tfa=True, build_tfa=False, repeats=None, profile=None):
         for name, ms in med.items()
         if not name.startswith("gru")
     }
-    result["targets"] = {"vs_tfa": 1.5, "vs_plain_keras": 2.0}
+    rate = matmul_rate(quick)
+    limit_ms = 1000.0 * flops["ours"] / (rate * 1e9)
+    result["arithmetic_limit"] = {
+        "matmul_gflops": round(rate, 1),
+        "limit_ms": round(limit_ms, 6),
+        "best_over_limit": common.ratio(best["keras_attention"], limit_ms),
+    }
+    result["targets"] = {"vs_tfa": 2.0, "vs_plain_keras": 2.0, "best_over_limit": 2.5}
     if profile:
         result["profile"] = profile_sides(cfg, models, x, target_out, log)
     if not quick:
@@ -329,6 +356,23 @@ def train_flops(cfg):
     ours = 3 * (encoder + keys + tt * step + readout)
     plain = 3 * (encoder + tt * (keys + step) + readout)
     return {"ours": ours, "plain": plain}
+
+
+def matmul_rate(quick=False, repeats=7):
+    """This machine's float32 matmul rate (GFLOP/s) as the step's products
+    could at best run: a square (n x n) product in TensorFlow (oneDNN, every
+    core), the median of `repeats` timed calls after a warm-up. The step's
+    arithmetic limit is its matmul FLOPs (`train_flops`) at this rate."""
+    import tensorflow as tf
+
+    n = 256 if quick else 1024
+    rng = np.random.default_rng(0)
+    a, b = (tf.constant(rng.standard_normal((n, n)), tf.float32) for _ in range(2))
+    # The sum makes each call wait for its product (a scalar comes back).
+    product = tf.function(lambda: tf.reduce_sum(tf.matmul(a, b)))
+    product()
+    seconds = sorted(common.time_calls(lambda: product().numpy(), 3) for _ in range(repeats))
+    return 2.0 * n**3 / seconds[len(seconds) // 2] / 1e9
 
 
 def profile_sides(cfg, models, x, target_out, log):
