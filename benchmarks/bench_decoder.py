@@ -285,6 +285,7 @@ def run(quick, log, want_tfa=True, build_tfa=False, repeats=None, profile=None):
         f"vs_{side}": common.ratio(best[side], best["keras_attention"]) for side in best if side != "keras_attention"
     }
     flops = train_flops(cfg)
+    result["train_flops"] = flops
     result["train_gflop"] = {k: round(v / 1e9, 3) for k, v in flops.items()}
     result["achieved_gflops"] = {
         name: round(flops["plain" if name.startswith("plain") else "ours"] / (ms / 1000) / 1e9, 1)
