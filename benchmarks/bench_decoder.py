@@ -292,9 +292,11 @@ def run(quick, log, want_tfa=True, build_tfa=False, repeats=None, profile=None):
         for name, ms in med.items()
         if not name.startswith("gru")
     }
-    rate = matmul_rate(quick)
+    size = 256 if quick else 1024
+    rate = matmul_rate(size)
     limit_ms = 1000.0 * flops["ours"] / (rate * 1e9)
     result["arithmetic_limit"] = {
+        "matmul_size": size,
         "matmul_gflops": round(rate, 1),
         "limit_ms": round(limit_ms, 6),
         "best_over_limit": common.ratio(best["keras_attention"], limit_ms),
@@ -359,14 +361,13 @@ def train_flops(cfg):
     return {"ours": ours, "plain": plain}
 
 
-def matmul_rate(quick=False, repeats=7):
+def matmul_rate(n, repeats=7):
     """This machine's float32 matmul rate (GFLOP/s) as the step's products
     could at best run: a square (n x n) product in TensorFlow (oneDNN, every
     core), the median of `repeats` timed calls after a warm-up. The step's
     arithmetic limit is its matmul FLOPs (`train_flops`) at this rate."""
     import tensorflow as tf
 
-    n = 256 if quick else 1024
     rng = np.random.default_rng(0)
     a, b = (tf.constant(rng.standard_normal((n, n)), tf.float32) for _ in range(2))
     # The sum makes each call wait for its product (a scalar comes back).
