@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= auto
 PYTEST := -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
-.PHONY: demo test test-jax test-torch lint tour bench g2p g2p-large venv clean
+.PHONY: demo test test-jax test-torch lint tour bench g2p g2p-large gpu-check venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -95,6 +95,14 @@ tour: $(VENV)/.installed-onnx,plot
 BENCH_ARGS ?=
 bench: $(VENV)/.installed-dev
 	PYTHON=$(PYTHON) $(BIN)/python benchmarks/run.py $(BENCH_ARGS)
+
+# On a lent GPU machine, which has JAX and PyTorch with CUDA but no
+# TensorFlow and no network (Keras travels as a wheel): the decoder's
+# training step in mixed precision, MultiHeadAttention's fused path, flash
+# attention and an ONNX export, a few minutes (tools/gpu_check.py).
+GPU_CHECK_ARGS ?=
+gpu-check:
+	$(PYTHON) -m tools.gpu_check $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-jax .venv-torch demo_output runs .pytest_cache
