@@ -18,7 +18,6 @@ from packaging.requirements import Requirement
 
 import keras_attention
 
-pytestmark = pytest.mark.any_backend
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 ROOT = Path(__file__).resolve().parents[1]
