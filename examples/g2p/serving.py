@@ -182,7 +182,8 @@ def _fresh_process_throughput(directory, words, batch_size, precision="float32")
             "json.dump(serving.throughput(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[5]), open(sys.argv[4], 'w'))"
         )
         subprocess.run(
-            [sys.executable, "-c", code, str(directory), str(words_file), str(batch_size), str(result_file), precision],
+            [sys.executable, "-c", code, str(Path(directory).resolve()), str(words_file), str(batch_size)]
+            + [str(result_file), precision],
             cwd=ROOT,  # the checkout, where `examples` is a package
             check=True,
         )
