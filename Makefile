@@ -50,15 +50,17 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check .
 
 # The main job: train the date translator, evaluate it (greedy and beam),
-# plot its attention, export it to SavedModel and ONNX with a parity report,
-# and translate a few dates through onnxruntime.
+# plot its attention, export it to SavedModel and ONNX with a parity report
+# (the installed keras-attention-export command), and translate a few dates
+# through onnxruntime (keras-attention-serve). examples/, benchmarks/ and
+# tools/ are packages run from the repository root with `python -m`.
 demo: $(VENV)/.installed-onnx,plot
-	$(BIN)/python examples/translate_dates.py --jit --out demo_output
-	$(BIN)/python export/export_model.py demo_output/dates_trainer.keras demo_output/export --force \
+	$(BIN)/python -m examples.translate_dates --jit --out demo_output
+	$(BIN)/keras-attention-export demo_output/dates_trainer.keras demo_output/export --force \
 	    --signature translate=demo_output/dates_greedy.keras \
 	    --signature translate_beam=demo_output/dates_beam.keras \
 	    --vocabulary demo_output/vocabulary.json --sample-inputs demo_output/sample_inputs.json
-	$(BIN)/python export/serve_onnx.py demo_output/export --signature translate \
+	$(BIN)/keras-attention-serve demo_output/export --signature translate \
 	    --inputs '{"source": ["tuesday 3 march 2015", "3/3/15", "Mar 3, 2015", "03.03.2015", "the 1st of may 1999"]}'
 
 # Grapheme-to-phoneme on real data (CMUdict beside Phonetisaurus, SIGMORPHON
@@ -68,25 +70,25 @@ demo: $(VENV)/.installed-onnx,plot
 # their results files. About 2 hours on 2 CPU cores; each training resumes
 # where a killed run stopped.
 g2p: $(VENV)/.installed-g2p
-	$(BIN)/python examples/g2p/train.py cmudict --out runs/g2p_cmudict --results results/g2p_cmudict.json
-	$(BIN)/python examples/g2p/serving.py runs/g2p_cmudict --beam-widths 1 2 5 --int8 \
+	$(BIN)/python -m examples.g2p.train cmudict --out runs/g2p_cmudict --results results/g2p_cmudict.json
+	$(BIN)/python -m examples.g2p.serving runs/g2p_cmudict --beam-widths 1 2 5 --int8 \
 	    --results results/g2p_cmudict_serving.json
-	$(BIN)/python examples/g2p/serving.py runs/g2p_cmudict --members 1 --beam-widths 1 2 5 --int8 \
+	$(BIN)/python -m examples.g2p.serving runs/g2p_cmudict --members 1 --beam-widths 1 2 5 --int8 \
 	    --results results/g2p_cmudict_serving_one.json
-	$(BIN)/python examples/g2p/train.py sigmorphon --languages medium eng_us --out runs/g2p_sigmorphon \
+	$(BIN)/python -m examples.g2p.train sigmorphon --languages medium eng_us --out runs/g2p_sigmorphon \
 	    --results results/g2p_sigmorphon2021.json
-	$(BIN)/python examples/g2p/report.py
+	$(BIN)/python -m examples.g2p.report
 
 # One CMUdict model of the default ensemble's size trained longer (about 90
 # minutes on 2 cores): the README's comparison row.
 g2p-large: $(VENV)/.installed-g2p
-	$(BIN)/python examples/g2p/train.py cmudict --ensemble 1 --epochs 16 --no-peer --no-export \
+	$(BIN)/python -m examples.g2p.train cmudict --ensemble 1 --epochs 16 --no-peer --no-export \
 	    --out runs/g2p_cmudict_big --results results/g2p_cmudict_large.json
-	$(BIN)/python examples/g2p/report.py
+	$(BIN)/python -m examples.g2p.report
 
 # A quick tour: one small model per attention layer, with heat-maps.
 tour: $(VENV)/.installed-onnx,plot
-	$(BIN)/python examples/layer_tour.py --out runs/tour
+	$(BIN)/python -m examples.layer_tour --out runs/tour
 
 # Benchmarks against the peers (keras.layers, a plain Keras loop, tfa.seq2seq
 # in its own environment: benchmarks/peers/.venv-tfa, built on first use);
@@ -94,7 +96,7 @@ tour: $(VENV)/.installed-onnx,plot
 # e.g. "--only decoder" or "--quick".
 BENCH_ARGS ?=
 bench: $(VENV)/.installed-dev
-	PYTHON=$(PYTHON) $(BIN)/python benchmarks/run.py $(BENCH_ARGS)
+	PYTHON=$(PYTHON) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 # On a lent GPU machine, which has JAX and PyTorch with CUDA but no
 # TensorFlow and no network (Keras travels as a wheel): the decoder's

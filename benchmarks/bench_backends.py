@@ -29,7 +29,7 @@ comparison alternate round by round; the speed figures are ratios within a
 worker, never across backends (the workers run one after another on a
 shared machine).
 
-    python benchmarks/bench_backends.py --worker [--quick] [--repeats N]
+    python -m benchmarks.bench_backends --worker [--quick] [--repeats N]
 
 runs one worker on the backend KERAS_BACKEND names and prints its JSON.
 """
@@ -41,10 +41,9 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+from benchmarks import common
 
-import common  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 BACKENDS = {"tensorflow": ".venv", "jax": ".venv-jax", "torch": ".venv-torch"}
 
@@ -308,7 +307,7 @@ def _ensure_env(backend, quick, log):
 
 def _worker(python, backend, arguments):
     """Run this file's worker on `backend`; its JSON result."""
-    argv = [python, os.path.abspath(__file__), "--worker", *arguments]
+    argv = [python, "-m", "benchmarks.bench_backends", "--worker", *arguments]
     env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
     # The worker's log goes straight to ours (stderr); its result is its last stdout line.
     proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, env=env, cwd=common.ROOT, timeout=3600)

@@ -52,8 +52,9 @@ instead of the einsum. Rematerialising the tanh block in the backward pass
 import json
 import os
 
-import common
 import numpy as np
+
+from benchmarks import common
 
 FULL = dict(batch=64, source_length=32, target_length=32, embedding=64, units=128, vocabulary=1000)
 QUICK = dict(batch=4, source_length=6, target_length=5, embedding=8, units=16, vocabulary=50)
@@ -192,7 +193,7 @@ def _tfa_command(cfg, *extra):
     """argv and environment of a tfa worker (peers/tfa_decoder.py)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
     env.pop("KERAS_BACKEND", None)
-    return [TFA_PYTHON, os.path.join(common.HERE, "peers", "tfa_decoder.py"), json.dumps(cfg), *extra], env
+    return [TFA_PYTHON, "-m", "benchmarks.peers.tfa_decoder", json.dumps(cfg), *extra], env
 
 
 def build_tfa_env(log):
@@ -341,7 +342,7 @@ def source_length_probe(cfg, log, lengths=(64, 128), repeats=5):
 
 def _tfa_worker(cfg, jit):
     argv, env = _tfa_command(dict(cfg, jit=jit))
-    return common.RemoteSide(argv, env=env)
+    return common.RemoteSide(argv, env=env, cwd=common.ROOT)
 
 
 def train_flops(cfg):
@@ -388,7 +389,7 @@ def profile_sides(cfg, models, x, target_out, log):
         import subprocess
 
         argv, env = _tfa_command(cfg, "--profile")
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=common.ROOT, stdin=subprocess.DEVNULL)
         if proc.returncode == 0:
             out["tfa"] = json.loads(proc.stdout.strip().splitlines()[-1])
             log(f"  profile tfa: {out['tfa']['wall_ms_per_step']} ms, {out['tfa']['ops_per_step']} ops/step")

@@ -22,26 +22,18 @@ training words (`LengthBucketedBatches`, as the example trains).
 """
 
 import dataclasses
-import os
-import sys
 
-import common
 import numpy as np
 
-EXAMPLE = os.path.join(common.ROOT, "examples", "g2p")
+from benchmarks import common
+
 FULL = dict(batch=128, fit_batches=16, decode_words=256, max_length=16)
 QUICK = dict(batch=8, fit_batches=2, decode_words=8, max_length=4)
 TINY_MODEL = dict(embedding=8, encoder_units=8, encoder_layers=1, decoder_units=16, attention_units=8)
 
 
 def _example():
-    if EXAMPLE not in sys.path:
-        sys.path.insert(0, EXAMPLE)
-    import model
-    import train
-    import training
-
-    import data
+    from examples.g2p import data, model, train, training
 
     return data, model, train, training
 

@@ -6,7 +6,7 @@ measure 2's MultiHeadAttention forward + backward (ours and Keras's) at each
 length. Without a GPU the section records why it was skipped.
 """
 
-import common
+from benchmarks import common
 
 
 def gpu_name():
@@ -20,9 +20,9 @@ def gpu_name():
 
 
 def run(quick, log, repeats=None):
-    import bench_decoder
-    import bench_mha
     import keras
+
+    from benchmarks import bench_decoder, bench_mha
 
     name = gpu_name()
     if name is None:

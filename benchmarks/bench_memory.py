@@ -31,8 +31,9 @@ import sys
 import tempfile
 import time
 
-import common
 import numpy as np
+
+from benchmarks import common
 
 FULL = dict(batch=32, length=1024, units=256, value_dim=64, naive_batches=[1, 2], train=True, chunk="auto")
 # Quick: the "auto" chunk would not chunk such small inputs; force chunks of 8.
@@ -101,7 +102,8 @@ def _measure(variant, batch, cfg, directory, log):
     out = os.path.join(directory, f"{variant.replace(':', '_')}_{batch}.json")
     argv = [
         sys.executable,
-        os.path.abspath(__file__),
+        "-m",
+        "benchmarks.bench_memory",
         "--worker",
         variant,
         str(batch),

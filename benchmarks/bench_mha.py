@@ -13,8 +13,9 @@ in the same run: FLOP rate = 2 * (2 N T^2 d) / time for the attention (its two
 matmuls; the softmax counts as overhead) and 2 N T^2 d / time for the matmul.
 """
 
-import common
 import numpy as np
+
+from benchmarks import common
 
 FULL = dict(lengths=[128, 512, 2048], tokens=4096, d_model=256, num_heads=4, key_dim=64)
 QUICK = dict(lengths=[16, 32], tokens=64, d_model=16, num_heads=2, key_dim=8)

@@ -18,8 +18,9 @@ an `O(max_length)` history per hypothesis. Early stopping can only save
 steps; on this untrained model it saves none.
 """
 
-import common
 import numpy as np
+
+from benchmarks import common
 
 FULL = dict(batches=(1, 32), repeats=7, number=5)
 QUICK = dict(batches=(4,), repeats=2, number=1)
@@ -104,7 +105,8 @@ def _feeds(dates, batch, inputs, model):
 def run(quick, log, repeats=None):
     import keras
     import tensorflow as tf
-    from bench_serving import _dates_module
+
+    from benchmarks.bench_serving import _dates_module
 
     cfg = dict(QUICK if quick else FULL)
     if repeats is not None:

@@ -14,8 +14,9 @@ so the slope over the upper half of the range, and the exponent k of a fit
 time = a + b * length^k (the length-dependent part alone), are reported too.
 """
 
-import common
 import numpy as np
+
+from benchmarks import common
 
 FULL = dict(batch=16, units=128, embedding=32, vocabulary=64, lengths=[16, 32, 64, 128, 256, 512], fixed=32)
 QUICK = dict(batch=2, units=8, embedding=4, vocabulary=12, lengths=[4, 8, 16], fixed=4)

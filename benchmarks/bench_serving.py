@@ -20,12 +20,12 @@ Beam search (width 5) against greedy through onnxruntime and the SavedModel.
 """
 
 import os
-import sys
 import tempfile
 import time
 
-import common
 import numpy as np
+
+from benchmarks import common
 
 FULL = dict(calls=200, rounds=5, warmup=10, predict_calls=200)
 QUICK = dict(calls=10, rounds=1, warmup=2, predict_calls=5)
@@ -33,8 +33,7 @@ DATE = "tuesday 3 march 2015"
 
 
 def _dates_module():
-    sys.path.insert(0, os.path.join(common.ROOT, "examples"))
-    import translate_dates
+    from examples import translate_dates
 
     return translate_dates
 

@@ -22,9 +22,9 @@ import os
 import tempfile
 import time
 
-import bench_serving
-import common
 import numpy as np
+
+from benchmarks import bench_serving, common
 
 FULL = dict(batches=(1, 32, 256), repeats=5, seconds_per_round=0.25)
 QUICK = dict(batches=(3,), repeats=2, seconds_per_round=0.01)

@@ -1,7 +1,7 @@
 """benchmarks/results.json -> benchmarks/results.md, and the README's benchmark block.
 
-python benchmarks/report.py          # rewrite results.md and README.md's block from results.json
-python benchmarks/report.py --check  # exit 1 if either is out of date
+python -m benchmarks.report          # rewrite results.md and README.md's block from results.json
+python -m benchmarks.report --check  # exit 1 if either is out of date
 """
 
 import argparse
@@ -9,10 +9,10 @@ import json
 import pathlib
 import sys
 
+from tools.readme_block import replace_block
+
 HERE = pathlib.Path(__file__).resolve().parent
 README = HERE.parent / "README.md"
-sys.path.insert(0, str(HERE.parent / "tools"))
-from readme_block import replace_block  # noqa: E402
 
 BEGIN, END = "<!-- bench-results:begin -->", "<!-- bench-results:end -->"
 
@@ -462,21 +462,21 @@ def _render(results):
 
     s = sections.get("options")
     if s and "error" not in s:
-        import bench_options
+        from benchmarks import bench_options
 
         out += bench_options.markdown(s, _table, _meta(s))
         summary.append(bench_options.summary_row(s, _fmt))
 
     s = sections.get("throughput")
     if s and "error" not in s:
-        import bench_throughput
+        from benchmarks import bench_throughput
 
         out += bench_throughput.markdown(s, _table, _meta(s))
         summary.append(bench_throughput.summary_row(s, _fmt))
 
     s = sections.get("backends")
     if s and "error" not in s:
-        import bench_backends
+        from benchmarks import bench_backends
 
         out += bench_backends.markdown(s, _table, _meta(s))
         summary.append(bench_backends.summary_row(s, _fmt))
@@ -495,7 +495,7 @@ def readme_block(results):
     lines = [targets_table(summary), ""]
     s = results["sections"].get("throughput")
     if s and "error" not in s:
-        import bench_throughput
+        from benchmarks import bench_throughput
 
         lines += [
             "Serving throughput (section 9): dates per second through the exported dates decoder, "
@@ -507,7 +507,7 @@ def readme_block(results):
         ]
     s = results["sections"].get("backends")
     if s and "error" not in s:
-        import bench_backends
+        from benchmarks import bench_backends
 
         lines += bench_backends.readme_lines(s, _table)
     return "\n".join(lines).rstrip()
@@ -521,7 +521,6 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only check that results.md and README.md are up to date")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(HERE))  # the section modules render their own tables
     results = json.loads((HERE / "results.json").read_text(encoding="utf-8"))
     files = {
         HERE / "results.md": markdown(results),
@@ -531,7 +530,7 @@ def main(argv=None):
     if args.check:
         if stale:
             print(
-                f"error: {', '.join(stale)} out of date with benchmarks/results.json; run python benchmarks/report.py",
+                f"error: {', '.join(stale)} out of date with benchmarks/results.json; run python -m benchmarks.report",
                 file=sys.stderr,
             )
             return 1

@@ -1,6 +1,6 @@
 """Benchmarks of keras-attention against what users would run instead.
 
-    python benchmarks/run.py [--quick] [--only NAME[,NAME...]] [--out DIR] [--no-tfa]
+    python -m benchmarks.run [--quick] [--only NAME[,NAME...]] [--out DIR] [--no-tfa]
 
 Measures (see each module's docstring for the exact setup):
     decoder   attention-decoder training step vs a plain Keras loop and tfa.seq2seq
@@ -44,13 +44,12 @@ import sys
 import time
 import traceback
 
+from benchmarks import common, report
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+# Before any section imports Keras (they import it when they run).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-import common
-import report
 
 NAMES = ["decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p", "options", "throughput", "backends"]
 
@@ -82,7 +81,7 @@ def log(message):
 
 def run_one(name, args):
     if name == "decoder":
-        import bench_decoder
+        from benchmarks import bench_decoder
 
         want_tfa = not args.no_tfa
         if args.quick and want_tfa and not bench_decoder.tfa_status()[0]:
@@ -92,39 +91,39 @@ def run_one(name, args):
             )
         return bench_decoder.run(args.quick, log, want_tfa=want_tfa, build_tfa=not args.quick, repeats=args.repeats)
     if name == "mha":
-        import bench_mha
+        from benchmarks import bench_mha
 
         return bench_mha.run(args.quick, log, repeats=args.repeats)
     if name == "memory":
-        import bench_memory
+        from benchmarks import bench_memory
 
         return bench_memory.run(args.quick, log)
     if name == "serving":
-        import bench_serving
+        from benchmarks import bench_serving
 
         return bench_serving.run(args.quick, log)
     if name == "scaling":
-        import bench_scaling
+        from benchmarks import bench_scaling
 
         return bench_scaling.run(args.quick, log, repeats=args.repeats)
     if name == "gpu":
-        import bench_gpu
+        from benchmarks import bench_gpu
 
         return bench_gpu.run(args.quick, log, repeats=args.repeats)
     if name == "g2p":
-        import bench_g2p
+        from benchmarks import bench_g2p
 
         return bench_g2p.run(args.quick, log, repeats=args.repeats)
     if name == "options":
-        import bench_options
+        from benchmarks import bench_options
 
         return bench_options.run(args.quick, log, repeats=args.repeats)
     if name == "throughput":
-        import bench_throughput
+        from benchmarks import bench_throughput
 
         return bench_throughput.run(args.quick, log, repeats=args.repeats)
     if name == "backends":
-        import bench_backends
+        from benchmarks import bench_backends
 
         return bench_backends.run(args.quick, log, repeats=args.repeats)
     raise AssertionError(name)
@@ -138,7 +137,7 @@ def main(argv=None):
     if args.only is not None and os.path.exists(path):
         with open(path) as f:
             results = json.load(f)
-    command = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:])
     results.setdefault("sections", {})
     results.update(
         {"machine": common.machine(), "versions": common.versions(), "command": command.strip(), "quick": args.quick}

@@ -19,7 +19,7 @@ sentence weights. The hit rate stays below the accuracy: the sentence-level
 BiGRU carries a key sentence's content into its neighbours (mostly into the
 last sentence), so attention on one of those can classify just as well.
 
-    python examples/document_classification.py [--epochs N] [--samples N] [--out DIR] [--smoke] ...
+    python -m examples.document_classification [--epochs N] [--samples N] [--out DIR] [--smoke] ...
 
 Writes to `--out` (default runs/documents): results.json, han.keras,
 word_attention.png, sentence_attention.png and the resumable checkpoints.
@@ -27,15 +27,12 @@ The data is generated with a fixed seed: nothing is downloaded.
 """
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import common
 import keras
 import numpy as np
 
 import keras_attention as ka
+from examples import common
 
 TOPICS = {
     "sports": ["goal", "match", "team", "coach", "league", "score"],

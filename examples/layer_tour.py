@@ -5,7 +5,7 @@ is 1 when the query digit occurs in the sequence. A model can only solve it by
 attending to the matching position, so after training the printed weights of
 one example show where each layer looks.
 
-    python examples/layer_tour.py [--epochs 6] [--samples 4000] [--out runs/tour]
+    python -m examples.layer_tour [--epochs 6] [--samples 4000] [--out runs/tour]
 
 For each layer it writes `<out>/<Layer>.png`: the weights of one held-out
 sequence for each of the nine possible query digits (rows), a heat-map in

@@ -21,7 +21,7 @@ Both decode greedily, in-graph, on held-out sentences grouped by source length
 (5-10, 11-20, ..., 51-60). The plain model's token and exact-match accuracy fall
 as sentences get longer; the attention model's stay flat.
 
-    python examples/length_study.py [--epochs N] [--samples N] [--max-length 60] [--out DIR] [--smoke] ...
+    python -m examples.length_study [--epochs N] [--samples N] [--max-length 60] [--out DIR] [--smoke] ...
 
 It writes `length_study.csv` and `length_study.png` (token accuracy and exact
 match per length bucket, both models), `attention_long.png` (the alignment of
@@ -34,17 +34,14 @@ import argparse
 import csv
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import common
 import keras
 import numpy as np
 import tensorflow as tf
 from keras import ops
 
 import keras_attention as ka
+from examples import common
 
 WORDS = 24  # source and target words
 PAD, START, END = 0, 1, 2

@@ -14,7 +14,7 @@ number of steps), then decodes the same 1,000 held-out hulls as
 The decoding choices (beam search, the distinct-pointer constraint) are
 measured on the full run by `pointer_networks.py` itself.
 
-    python examples/pointer_ablation.py [--minutes 5] [--out DIR] [--results FILE] [--smoke]
+    python -m examples.pointer_ablation [--minutes 5] [--out DIR] [--results FILE] [--smoke]
 """
 
 import argparse
@@ -24,14 +24,12 @@ import shutil
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import common
 import keras
 import numpy as np
-import pointer_networks as recipe
 
 import keras_attention as ka
+from examples import common
+from examples import pointer_networks as recipe
 
 FIXED_EXAMPLES = 60_000
 VARIANTS = (
@@ -130,7 +128,7 @@ def main(argv=None):
         variants = [(label, 8, 8 if embedding else 0, fresh) for label, _, embedding, fresh in VARIANTS]
     rows = [run_variant(*variant, args, test) for variant in variants]
     results = {
-        "command": " ".join(["python examples/pointer_ablation.py", *argv]),
+        "command": " ".join(["python -m examples.pointer_ablation", *argv]),
         "machine": common.machine(),
         "minutes": args.minutes,
         "beam_width": args.beam_width,

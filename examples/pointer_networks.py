@@ -10,7 +10,7 @@ Three `PointerNetwork`s, each trained with teacher forcing and
   the hull vertex with the lowest input index, then at the end. The hull10
   model is also evaluated on n = 50 (far outside what it was trained on).
 
-    python examples/pointer_networks.py [--tasks sorting hull5 hull10] [--epochs N]
+    python -m examples.pointer_networks [--tasks sorting hull5 hull10] [--epochs N]
         [--samples N] [--out DIR] [--results FILE] [--smoke] ...
 
 Every epoch is new data: `keras_attention.generated.GeneratedBatches` draws each
@@ -58,13 +58,11 @@ import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import common
 import keras
 import numpy as np
 
 import keras_attention as ka
+from examples import common
 
 # Decoding runs four models on several batch shapes, so tf.function
 # retraces by design; its warnings about that would only be noise.
@@ -629,7 +627,7 @@ def main(argv=None):
                 trained[name] = (trainer, decoded)
         paths = plots(args, trained)
     results = {
-        "command": " ".join(["python examples/pointer_networks.py", *argv]),
+        "command": " ".join(["python -m examples.pointer_networks", *argv]),
         "wall_seconds": timer.seconds,
         "machine": common.machine(),
         "beam_width": args.beam_width,

@@ -29,7 +29,7 @@ weights on one held-out sequence (column 0 lights up in the rows of the
 counted letters, or row 0 in their columns) and link detection against
 distance.
 
-    python examples/self_attention_classifier.py [--epochs N] [--samples N] [--out DIR] [--smoke] ...
+    python -m examples.self_attention_classifier [--epochs N] [--samples N] [--out DIR] [--smoke] ...
 
 Writes to `--out` (default runs/self_attention): results.json,
 <variant>.keras, attention_<variant>.png, link_detection.png and per-variant
@@ -39,16 +39,13 @@ downloaded.
 
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import common
 import keras
 import numpy as np
 from keras import ops
 
 import keras_attention as ka
+from examples import common
 
 LENGTH = 24
 LETTERS = "abcdefgh"

@@ -21,7 +21,7 @@ reports accuracy and macro-F1 on held-out sentences (none of them in the
 training set) for each mode, and how well a model that ignores the target
 could do at best (the majority label of each test sentence).
 
-    python examples/targeted_sentiment.py [--epochs N] [--samples N] [--out DIR] [--smoke] ...
+    python -m examples.targeted_sentiment [--epochs N] [--samples N] [--out DIR] [--smoke] ...
 
 `--samples` is the number of training examples (sentence, target). Outputs
 in `--out`: results.json, `targeted_<mode>.keras` (the trained models),
@@ -35,15 +35,12 @@ import copy
 import json
 import logging
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import common
 import keras
 import numpy as np
 
 import keras_attention as ka
+from examples import common
 
 # Each mode builds new models, so tf.function retraces by design; its
 # warnings about that would only be noise.

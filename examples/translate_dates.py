@@ -7,7 +7,7 @@ initial state computed from the encoder's backward state as in Bahdanau et
 al. 2014. Training uses teacher forcing; evaluation decodes in-graph, greedily
 and with beam search, and reports exact-match accuracy on held-out dates.
 
-    python examples/translate_dates.py [--epochs N] [--samples N] [--out DIR] [--smoke] ...
+    python -m examples.translate_dates [--epochs N] [--samples N] [--out DIR] [--smoke] ...
         [--scheduled-sampling P]   (train feeding back its own predictions, p rising to P)
 
 Numeric dates are read day first (3/4/15 is 3 April 2015) and two-digit years
@@ -18,15 +18,12 @@ with a fixed seed: nothing is downloaded.
 import datetime
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import common
 import keras
 import numpy as np
 
 import keras_attention as ka
+from examples import common
 from keras_attention.export.vocabulary import vocabulary_json
 from keras_attention.text import Vocabulary
 

@@ -1,4 +1,9 @@
-"""The one loader of the examples' tests: import an example's module, run an example's script."""
+"""The one loader of the examples' tests: import an example's module, run an example's command.
+
+examples/ is a package run from the checkout's root (`python -m
+examples.translate_dates`, `python -m examples.g2p.train`), so its modules
+import each other by their full names and nothing touches `sys.path`.
+"""
 
 import importlib
 import subprocess
@@ -6,23 +11,27 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
+# `keras-attention-serve` as a checkout runs it (the installed command calls the same `main`).
+SERVE = ("-c", "import sys; from keras_attention.export.serve_cli import main; sys.exit(main())")
 
 
-def load(name, folder=EXAMPLES):
-    """Import `folder/name.py`. Its folder stays on `sys.path`: examples import
-    their siblings (`common`, g2p's `data`), at load or when called; importing
+def load(name):
+    """Import `examples.<name>` (`translate_dates`, `g2p.data`); importing
     also registers the example's own layers for loading its `.keras` files."""
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    return importlib.import_module(name)
+    return importlib.import_module(f"examples.{name}")
 
 
-def run(script, *arguments, timeout=300, check=True):
-    """Run `script` with this interpreter; with `check`, a failure shows the
-    tail of its output."""
+def run(module, *arguments, timeout=300, check=True):
+    """`python -m <module> <arguments>` with this interpreter from the
+    repository root (`module` a dotted name, or SERVE); with `check`, a
+    failure shows the tail of its output."""
+    command = list(module) if isinstance(module, tuple) else ["-m", module]
     completed = subprocess.run(
-        [sys.executable, str(script), *map(str, arguments)], capture_output=True, text=True, timeout=timeout
+        [sys.executable, *command, *map(str, arguments)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
     )
     if check:
         assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]

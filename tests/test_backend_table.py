@@ -1,7 +1,6 @@
 """The README's backend table (tools/backend_table.py): generated from the
 committed results/backends.json, its tests counted by area and outcome."""
 
-import importlib.util
 import json
 import os
 
@@ -12,15 +11,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def table():
-    # Loaded by path: tools/ is not a package.
-    spec = importlib.util.spec_from_file_location("backend_table", os.path.join(ROOT, "tools", "backend_table.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tools import backend_table
+
+    return backend_table
 
 
 def test_readme_block_is_generated_from_the_committed_results(table):
-    assert table.main(["--check"]) == 0, "run python tools/backend_table.py --report"
+    assert table.main(["--check"]) == 0, "run python -m tools.backend_table --report"
 
 
 def test_the_committed_results_cover_every_backend_and_count_every_test(table):
@@ -33,7 +30,7 @@ def test_the_committed_results_cover_every_backend_and_count_every_test(table):
         assert sorted(section["modules"]) == sorted(results["modules"]), backend
     # The table measured today's backend-neutral modules: converting one
     # (or dropping one) without running the tool again fails here.
-    assert sorted(results["modules"]) == table.any_backend_modules(), "run python tools/backend_table.py"
+    assert sorted(results["modules"]) == table.any_backend_modules(), "run python -m tools.backend_table"
     # Every backend ran the same tests (a test id skipped, not missing).
     assert len({sum(s["totals"].values()) for s in results["backends"].values()}) == 1
 

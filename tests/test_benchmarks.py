@@ -1,7 +1,6 @@
-"""The benchmark suite keeps working: `benchmarks/run.py --quick` on every
+"""The benchmark suite keeps working: `python -m benchmarks.run --quick` on every
 measure (tiny sizes; no timing is asserted: benchmarks are not tests)."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,7 +16,7 @@ BACKEND_ENVS = {"tensorflow": None, "jax": ".venv-jax", "torch": ".venv-torch"}
 
 
 def test_quick_benchmark_run_writes_every_section(tmp_path):
-    argv = [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--quick", "--out", str(tmp_path)]
+    argv = [sys.executable, "-m", "benchmarks.run", "--quick", "--out", str(tmp_path)]
     if not os.path.exists(TFA_ENV):
         # Building the tfa environment downloads ~600 MB: only `make bench` does it.
         print("tfa peer skipped: benchmarks/peers/.venv-tfa is not built (make bench builds it)")
@@ -111,17 +110,14 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
         assert heading in markdown
 
 
-def test_readme_benchmark_block_is_generated_from_the_committed_results(monkeypatch):
-    # Loaded by path under its own name: examples/g2p has a `report` module too.
+def test_readme_benchmark_block_is_generated_from_the_committed_results():
+    from benchmarks import report
+
     benchmarks = os.path.join(ROOT, "benchmarks")
-    monkeypatch.syspath_prepend(benchmarks)  # the sections' modules render their tables
-    spec = importlib.util.spec_from_file_location("benchmarks_report", os.path.join(benchmarks, "report.py"))
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
     with open(os.path.join(benchmarks, "results.json"), encoding="utf-8") as f:
         results = json.load(f)
     with open(report.README, encoding="utf-8") as f:
         readme = f.read()
-    assert report.updated_readme(readme, results) == readme, "run python benchmarks/report.py"
+    assert report.updated_readme(readme, results) == readme, "run python -m benchmarks.report"
     with open(os.path.join(benchmarks, "results.md"), encoding="utf-8") as f:
-        assert report.markdown(results) == f.read(), "run python benchmarks/report.py"
+        assert report.markdown(results) == f.read(), "run python -m benchmarks.report"

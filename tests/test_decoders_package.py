@@ -7,7 +7,6 @@ what Keras resolves first; the module path written beside it changed
 """
 
 import json
-import warnings
 import zipfile
 
 import keras
@@ -131,14 +130,14 @@ def test_a_file_written_with_the_old_module_paths_loads_with_the_same_outputs(tm
 
 
 @pytest.mark.parametrize("name", ["AttentionDecoder", "InferenceDecoder"])
-def test_the_old_cells_attribute_warns_and_still_works(name, monkeypatch):
-    monkeypatch.delitem(vars(cells), name, raising=False)  # kept there after a first use
-    with pytest.warns(DeprecationWarning, match=f"keras_attention.decoders.{name}"):
-        moved = getattr(cells, name)
-    assert moved is getattr(decoders, name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert getattr(cells, name) is moved, "one warning, then the name is kept"
+def test_the_old_cells_attribute_is_gone(name):
+    """The pre-release alias `keras_attention.cells.<decoder>` was removed (0.x
+    owes no compatibility layer): the decoders are in `keras_attention.decoders`."""
+    assert getattr(decoders, name) is getattr(ka, name)
     assert name not in cells.__all__
+    with pytest.raises(AttributeError, match=rf"keras_attention.cells.* has no attribute '{name}'"):
+        getattr(cells, name)
+    with pytest.raises(ImportError, match=name):
+        exec(f"from keras_attention.cells import {name}", {})
     with pytest.raises(AttributeError, match="NoSuchCell"):
         cells.NoSuchCell  # noqa: B018

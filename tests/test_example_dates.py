@@ -11,7 +11,7 @@ translate_dates = examples.load("translate_dates")
 
 
 def run(out, *extra):
-    completed = examples.run(examples.EXAMPLES / "translate_dates.py", "--smoke", "--out", out, *extra, timeout=900)
+    completed = examples.run("examples.translate_dates", "--smoke", "--out", out, *extra, timeout=900)
     return json.loads((out / "results.json").read_text()), completed.stdout
 
 

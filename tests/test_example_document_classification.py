@@ -8,7 +8,7 @@ from tests import examples
 
 
 def test_smoke_run_writes_model_plots_and_metrics(tmp_path):
-    completed = examples.run(examples.EXAMPLES / "document_classification.py", "--smoke", "--out", tmp_path)
+    completed = examples.run("examples.document_classification", "--smoke", "--out", tmp_path)
     results = json.loads((tmp_path / "results.json").read_text())
     for name in (
         "accuracy",

@@ -9,13 +9,12 @@ import pytest
 from keras_attention.text import Vocabulary
 from tests import examples
 
-G2P = examples.EXAMPLES / "g2p"
-data = examples.load("data", G2P)
-phones = examples.load("phones", G2P)
+data = examples.load("g2p.data")
+phones = examples.load("g2p.phones")
 
 
 def run(*arguments, timeout=1200):
-    return examples.run(G2P / "train.py", *arguments, timeout=timeout).stdout
+    return examples.run("examples.g2p.train", *arguments, timeout=timeout).stdout
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +81,7 @@ def test_serve_command_pronounces_a_word_list(cmudict_smoke, tmp_path):
     words = sorted(data.subset(data.cmudict_split()["train"], 50))[:5]
     (tmp_path / "words.txt").write_text("\n".join(words) + "\n")
     completed = examples.run(
-        examples.ROOT / "export" / "serve_onnx.py",
+        examples.SERVE,
         out / "export",
         "--signature",
         "pronounce",
@@ -159,7 +158,7 @@ class _TableTrainer:
 
 
 def test_bidirectional_pronouncer_picks_the_best_mean_score_among_both_directions_proposals():
-    bidirectional = examples.load("bidirectional", G2P)
+    bidirectional = examples.load("g2p.bidirectional")
     letters = Vocabulary.build(["ab", "ba"], unknown_token="<unk>")
     phone_vocabulary = Vocabulary.build(["A B C"], separator=" ", start_token="<s>", end_token="</s>")
     forward_beam = _FixedBeam({"ab": [(["A", "B"], -0.1), (["A", "C"], -2.0)], "ba": [(["B"], -0.5)]}, phone_vocabulary)
@@ -235,15 +234,15 @@ def test_sigmorphon_files_are_shipped_with_their_attribution():
 
 
 def test_readme_results_are_generated_from_the_committed_results_files():
-    report = examples.load("report", G2P)
+    report = examples.load("g2p.report")
     readme = report.README.read_text(encoding="utf-8")
-    assert report.updated_readme(readme) == readme, "run python examples/g2p/report.py"
+    assert report.updated_readme(readme) == readme, "run python -m examples.g2p.report"
 
 
 def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smoke, tmp_path):
     out, _, _ = cmudict_smoke
     examples.run(
-        G2P / "serving.py",
+        "examples.g2p.serving",
         out,
         *("--beam-widths", 1, 3, "--limit", 40, "--batch-size", 16),
         *(
@@ -276,7 +275,7 @@ def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smok
     # Phonetisaurus is timed on the same words in the same run.
     peer = document["phonetisaurus"]
     assert peer["test_words"] == 40 and peer["words_per_second"] > 0 and 0.0 <= peer["per"] <= peer["wer"] <= 100.0
-    report = examples.load("report", G2P)
+    report = examples.load("g2p.report")
     table = report.serving_table(document, json.loads((out / "results.json").read_text()))
     assert table.count("\n| ") == 6  # the header, two widths, their int8 copies and Phonetisaurus
     assert f"| {row['matmul_share']:.0%} |" in table
@@ -286,7 +285,7 @@ def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smok
 def test_serving_study_serves_the_first_models_of_an_ensemble_alone(cmudict_smoke, tmp_path):
     out, results, _ = cmudict_smoke
     examples.run(
-        G2P / "serving.py",
+        "examples.g2p.serving",
         out,
         *("--members", 1, "--beam-widths", 2, "--limit", 20, "--batch-size", 16),
         # No peer here: nothing to time it from.
@@ -300,23 +299,23 @@ def test_serving_study_serves_the_first_models_of_an_ensemble_alone(cmudict_smok
     assert row["same_as_keras"] == 1.0 and 0.0 <= row["per"] <= row["wer"] <= 100.0
     # Beside the whole ensemble's export, not over it.
     assert (out / "serve_beam2_members1" / "pronounce.onnx").is_file()
-    report = examples.load("report", G2P)
+    report = examples.load("g2p.report")
     assert "ensemble of" not in report.serving_table(document, results)
     assert "ensemble of 2" in report.serving_table({**document, "members": 2}, results)
-    refused = examples.run(G2P / "serving.py", out, "--members", 3, check=False)
+    refused = examples.run("examples.g2p.serving", out, "--members", 3, check=False)
     assert refused.returncode == 2 and "argument --members: the run has 2 model(s); got 3" in refused.stderr
     assert "Traceback" not in refused.stderr
 
 
 def test_serving_study_refuses_a_directory_that_is_not_a_run(tmp_path):
-    completed = examples.run(G2P / "serving.py", tmp_path, check=False)
+    completed = examples.run("examples.g2p.serving", tmp_path, check=False)
     assert completed.returncode == 2
     assert f"argument run: {str(tmp_path)!r} has no results.json" in completed.stderr
     assert "Traceback" not in completed.stderr
 
 
 def test_rescoring_study_scores_each_rule_on_hand_made_proposals():
-    study = examples.load("rescoring_study", G2P)
+    study = examples.load("g2p.rescoring_study")
     backwards = [False, True, False, True]
 
     def option(tokens, scores, **ranks):

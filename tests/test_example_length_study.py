@@ -13,7 +13,7 @@ from tests import examples
 def smoke_run(tmp_path_factory):
     """One smoke run (one epoch) shared by the tests below: `(out, completed)`."""
     out = tmp_path_factory.mktemp("length_study")
-    completed = examples.run(examples.EXAMPLES / "length_study.py", "--smoke", "--out", out, timeout=600, check=False)
+    completed = examples.run("examples.length_study", "--smoke", "--out", out, timeout=600, check=False)
     return out, completed
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests import examples
 
-SCRIPT = examples.EXAMPLES / "pointer_networks.py"
+SCRIPT = "examples.pointer_networks"
 
 
 example = examples.load("pointer_networks")
@@ -86,7 +86,7 @@ def test_smoke_run_reports_every_metric_in_range(smoke):
         assert math.isfinite(task["final_loss"]) and task["train_seconds"] > 0
         assert task["examples_per_epoch"] == 256 and task["epochs"] == 1  # the smoke sizes
     assert results["paper_hull_accuracy"]["n5"]["Ptr-Net (trained n=5..50)"] == 0.92
-    assert results["command"] == f"python examples/pointer_networks.py --smoke --out {smoke[0]}"
+    assert results["command"] == f"python -m examples.pointer_networks --smoke --out {smoke[0]}"
     assert results["machine"]["cores"] >= 1 and results["wall_seconds"] > 0
     assert "hull10 on n=50" in stdout and "paper" in stdout
 
@@ -149,7 +149,7 @@ ablation = examples.load("pointer_ablation")
 
 def test_ablation_smoke_runs_every_variant_and_makes_its_table(tmp_path):
     examples.run(
-        examples.EXAMPLES / "pointer_ablation.py",
+        "examples.pointer_ablation",
         "--smoke",
         "--minutes",
         "0.02",
@@ -169,7 +169,7 @@ def test_ablation_smoke_runs_every_variant_and_makes_its_table(tmp_path):
 
 
 def test_ablation_refuses_a_budget_of_nothing():
-    completed = examples.run(examples.EXAMPLES / "pointer_ablation.py", "--minutes", "0", check=False)
+    completed = examples.run("examples.pointer_ablation", "--minutes", "0", check=False)
     assert completed.returncode == 2 and "--minutes must be > 0; got 0.0" in completed.stderr
 
 

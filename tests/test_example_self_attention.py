@@ -10,7 +10,7 @@ VARIANTS = ("multi_head", "causal", "local", "mean_pooling")
 
 
 def test_smoke_run_writes_models_plots_and_metrics(tmp_path):
-    completed = examples.run(examples.EXAMPLES / "self_attention_classifier.py", "--smoke", "--out", tmp_path)
+    completed = examples.run("examples.self_attention_classifier", "--smoke", "--out", tmp_path)
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["variants"]) == set(VARIANTS)
     for variant, metrics in results["variants"].items():

@@ -8,7 +8,7 @@ import pytest
 
 from tests import examples
 
-SCRIPT = examples.EXAMPLES / "targeted_sentiment.py"
+SCRIPT = "examples.targeted_sentiment"
 
 
 example = examples.load("targeted_sentiment")

@@ -1,6 +1,5 @@
 """The export library, the export command and ONNX serving: parity, signatures, safety, failures."""
 
-import importlib.util
 import json
 import os
 import re
@@ -24,6 +23,7 @@ from keras_attention.export import (
     export_model,
     load_vocabulary,
     run_onnx,
+    serve_cli,
 )
 from keras_attention.export import cli as export_cli
 from keras_attention.export import models as export_models
@@ -43,6 +43,12 @@ TOY_VOCABULARY = {
 
 def onnx_session(path):
     return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+# The two commands as a checkout runs them (the installed `keras-attention-export`
+# and `keras-attention-serve` call the same `main`s).
+EXPORT = ("-m", "keras_attention.export")
+SERVE = ("-c", "import sys; from keras_attention.export.serve_cli import main; sys.exit(main())")
 
 
 def run_script(*args, stdin=None):
@@ -242,16 +248,9 @@ def test_run_onnx_tokenises_strings_and_detokenises_ids(seq2seq):
         run_onnx(directory, ["ab"], signature="nope")
 
 
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(f"export_script_{name}", ROOT / "export" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_serve_onnx_script_prints_the_translations_and_tensors_on_request(seq2seq, capsys):
     done = run_script(
-        "export/serve_onnx.py",
+        *SERVE,
         seq2seq["directory"],
         "--signature",
         "translate",
@@ -270,7 +269,7 @@ def test_serve_onnx_script_prints_the_translations_and_tensors_on_request(seq2se
     assert done.stdout.splitlines() == want
     assert "latency over 20 runs (ms): p50" in done.stderr and "p90" in done.stderr and "p99" in done.stderr
 
-    serve = load_script("serve_onnx")
+    serve = serve_cli
     directory = str(seq2seq["directory"])
     inputs = seq2seq["directory"].parent / "inputs.json"
     inputs.write_text(json.dumps(["abc", "ba"]))
@@ -368,7 +367,7 @@ def test_serve_onnx_script_prints_the_translations_and_tensors_on_request(seq2se
     ],
 )
 def test_serve_onnx_failures_are_one_line_naming_the_input(seq2seq, capsys, inputs, message):
-    serve = load_script("serve_onnx")
+    serve = serve_cli
     assert serve.main([str(seq2seq["directory"]), "--signature", "translate", "--inputs", inputs, "--runs", "1"]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -399,21 +398,19 @@ def _script_errors(done):
 
 
 def test_serve_onnx_script_in_its_own_process_prints_no_traceback(seq2seq, tmp_path):
-    done = run_script(
-        "export/serve_onnx.py", seq2seq["directory"], "--signature", "translate", "--inputs", "[[1, 99]]", "--runs", "1"
-    )
+    done = run_script(*SERVE, seq2seq["directory"], "--signature", "translate", "--inputs", "[[1, 99]]", "--runs", "1")
     assert done.returncode == 1 and done.stdout == ""
     assert _script_errors(done) == [
         "error: input 'source' holds the id 99, outside the model's vocabulary: its embedding has 9 rows (ids 0 to 8)."
     ]
-    done = run_script("export/serve_onnx.py", tmp_path / "nothing", "--inputs", "[[1]]")
+    done = run_script(*SERVE, tmp_path / "nothing", "--inputs", "[[1]]")
     assert done.returncode == 1 and len(_script_errors(done)) == 1
     assert _script_errors(done)[0].startswith("error: no ONNX file")
-    done = run_script("export/serve_onnx.py", seq2seq["directory"], "--runs", "many")
+    done = run_script(*SERVE, seq2seq["directory"], "--runs", "many")
     assert done.returncode == 2 and _script_errors(done) == [
         "error: argument --runs: invalid int value: 'many' (see keras-attention-serve --help)"
     ]
-    done = run_script("export/serve_onnx.py", seq2seq["directory"], "--inputs", "[[1]]", "--warmup", "-1")
+    done = run_script(*SERVE, seq2seq["directory"], "--inputs", "[[1]]", "--warmup", "-1")
     assert done.returncode == 2 and _script_errors(done) == [
         "error: argument --warmup: expected an integer >= 0, got -1 (see keras-attention-serve --help)"
     ]
@@ -632,7 +629,7 @@ def test_export_command_prints_the_table_and_writes_the_json_report(tmp_path, ca
     randomize_model(model, np.random.default_rng(6))
     model.save(tmp_path / "model.keras")
     done = run_script(
-        "export/export_model.py",
+        *EXPORT,
         tmp_path / "model.keras",
         tmp_path / "out",
         "--opset",
@@ -651,7 +648,7 @@ def test_export_command_prints_the_table_and_writes_the_json_report(tmp_path, ca
     assert json.loads((tmp_path / "r.json").read_text()) == report
 
     # The failure paths, through the same entry point in-process.
-    main = load_script("export_model").main
+    main = export_cli.main
     assert main([str(tmp_path / "model.keras"), str(tmp_path / "out")]) == 1
     assert "already exists and is not empty; pass overwrite=True (--force)" in capsys.readouterr().err
     (tmp_path / "bad.keras").write_text("garbage")
@@ -674,7 +671,7 @@ def test_export_command_failures_are_one_line_and_leave_nothing(tmp_path, capsys
     model = small_model()
     model(np.ones((1, 3), "int32"))
     model.save(tmp_path / "model.keras")
-    main = load_script("export_model").main
+    main = export_cli.main
     keras_file = str(tmp_path / "model.keras")
 
     # The output path under a regular file.

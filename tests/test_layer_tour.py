@@ -1,4 +1,4 @@
-"""examples/layer_tour.py runs end to end at a small size."""
+"""`python -m examples.layer_tour` runs end to end at a small size."""
 
 import json
 import subprocess
@@ -12,7 +12,8 @@ def test_layer_tour_runs_and_reports_every_layer(tmp_path):
     completed = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "examples" / "layer_tour.py"),
+            "-m",
+            "examples.layer_tour",
             "--epochs",
             "1",
             "--samples",
@@ -23,6 +24,7 @@ def test_layer_tour_runs_and_reports_every_layer(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
+        cwd=ROOT,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())

@@ -1,6 +1,6 @@
 """The repository's tools keep working: tools/export_coverage_table.py."""
 
-import importlib.util
+import importlib
 import inspect
 from pathlib import Path
 
@@ -14,10 +14,7 @@ BASES = ("AttentionLayer", "BaseAttention")
 
 
 def load_tool(name):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"tools.{name}")
 
 
 def test_the_export_coverage_table_uses_every_public_layer():

@@ -1,12 +1,12 @@
 """What works on each backend, measured by the test suite: results/backends.json
 and the README's backend table.
 
-    python tools/backend_table.py            # run the suite's backend-neutral modules on
+    python -m tools.backend_table            # run the suite's backend-neutral modules on
                                              # TensorFlow, JAX and PyTorch; write the
                                              # results file and the README block
-    python tools/backend_table.py --backends jax      # rerun one backend, keep the others
-    python tools/backend_table.py --report   # rewrite the README block from the results file
-    python tools/backend_table.py --check    # exit 1 if the README block is out of date
+    python -m tools.backend_table --backends jax      # rerun one backend, keep the others
+    python -m tools.backend_table --report   # rewrite the README block from the results file
+    python -m tools.backend_table --check    # exit 1 if the README block is out of date
 
 The backend-neutral modules are read from tests/: those with the line
 `pytestmark = pytest.mark.any_backend` (tests/conftest.py's ANY_BACKEND),
@@ -35,12 +35,12 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 
+from tools.readme_block import replace_block
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 RESULTS = ROOT / "results" / "backends.json"
 TESTS = ROOT / "tests"
-sys.path.insert(0, str(ROOT / "tools"))
-from readme_block import replace_block  # noqa: E402
 
 BEGIN, END = "<!-- backend-table:begin -->", "<!-- backend-table:end -->"
 ANY_BACKEND = "pytestmark = pytest.mark.any_backend"
@@ -323,7 +323,7 @@ def main(argv=None):
             if new != text:
                 print(
                     f"error: README.md's backend table is out of date with {path}; run "
-                    "python tools/backend_table.py --report",
+                    "python -m tools.backend_table --report",
                     file=sys.stderr,
                 )
                 return 1
@@ -365,7 +365,7 @@ def main(argv=None):
     results.update(
         {
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": "python tools/backend_table.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": "python -m tools.backend_table " + " ".join(argv if argv is not None else sys.argv[1:]),
             "modules": modules,
             "tensorflow_only_modules": tensorflow_only_modules(),
             "areas": [{"area": a, "pattern": p} for a, p in AREAS],

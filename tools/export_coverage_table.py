@@ -1,6 +1,6 @@
 """Export every public layer to SavedModel and ONNX and print the parity table.
 
-    python tools/export_coverage_table.py [--out DIR] [--markdown FILE]
+    python -m tools.export_coverage_table [--out DIR] [--markdown FILE]
 
 Builds small functional models that together use every public layer and
 decoder of the library (one model output per layer), exports them with
@@ -12,13 +12,10 @@ part of the library: the table is `ExportReport.markdown()` of this export.
 
 import argparse
 import os
-import sys
 import tempfile
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # Run from a checkout without installing: the package sits one level up.
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 import keras
 import numpy as np

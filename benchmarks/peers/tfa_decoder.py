@@ -3,7 +3,7 @@
 tensorflow-cpu 2.15.1 + tensorflow-addons 0.23.0: AttentionWrapper(GRUCell,
 BahdanauAttention) decoded by BasicDecoder + TrainingSampler (the tfa NMT
 tutorial's training setup), in a tf.function train step with Adam. Same
-model as benchmarks/bench_decoder.py. Usage: tfa_decoder.py CONFIG_JSON [--profile]; it serves timing
+model as benchmarks/bench_decoder.py. Usage, from the repository root: python -m benchmarks.peers.tfa_decoder CONFIG_JSON [--profile]; it serves timing
 requests on stdin (see common.RemoteSide), or prints an op profile.
 """
 
@@ -12,15 +12,15 @@ import os
 import sys
 import warnings
 
+# Set before TensorFlow is imported: it reads the log level once.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 warnings.filterwarnings("ignore")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import bench_decoder
-import common
-import numpy as np
-import tensorflow as tf
-import tensorflow_addons as tfa
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tensorflow_addons as tfa  # noqa: E402
+
+from benchmarks import bench_decoder, common  # noqa: E402
 
 
 def main():

@@ -26,9 +26,9 @@ def train_member(number, split, letters, phones, model_config, train_config, out
     """Train one model (seed `train_config.seed + number`) into `out`; its
     `Models` and results. With `right_to_left` it learns (and is selected
     on) the pronunciations reversed (bidirectional.py)."""
-    import model as g2p_model
-    import training
-    from bidirectional import reversed_split
+    from examples.g2p import model as g2p_model
+    from examples.g2p import training
+    from examples.g2p.bidirectional import reversed_split
 
     if right_to_left:
         split = reversed_split(split)
@@ -76,7 +76,7 @@ def train_members(count, split, letters, phones, model_config, train_config, out
     own processes; returns ([Models], [results], wall seconds). The Models
     are rebuilt here with the trained weights. With `directions="both"` the
     odd-numbered models learn the pronunciations reversed."""
-    from bidirectional import reads_right_to_left
+    from examples.g2p.bidirectional import reads_right_to_left
 
     begin = time.perf_counter()
     threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -106,7 +106,8 @@ def load_members(out, count, letters, phones, model_config):
     """The `count` trained models in `out/member_<k>`, rebuilt as `Models`
     (trainer, greedy and beam over shared layers) with their trained weights."""
     import keras
-    import model as g2p_model
+
+    from examples.g2p import model as g2p_model
 
     members = []
     for number in range(count):

@@ -6,18 +6,15 @@ aligned pairs compiled to a WFST) and applied to the test words in one batch
 (`phonetisaurus-apply`, one best pronunciation per word). Scored with the
 same `error_rates` as our model.
 
-    python examples/g2p/peer.py [--out DIR]     # CMUdict split, alone
+    python -m examples.g2p.peer [--out DIR]     # CMUdict split, alone
 """
 
 import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from keras_attention.evaluation import error_rates
 
@@ -83,7 +80,7 @@ def _version():
 
 
 def main(argv=None):
-    import data
+    from examples.g2p import data
 
     parser = argparse.ArgumentParser(description="Phonetisaurus on the CMUdict split")
     parser.add_argument("--out", default="runs/g2p_phonetisaurus")

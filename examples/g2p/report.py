@@ -1,7 +1,7 @@
 """Write the README's "Results on real data" tables from the committed results files.
 
-    python examples/g2p/report.py          # rewrite the block in README.md
-    python examples/g2p/report.py --check  # exit 1 if README.md is out of date
+    python -m examples.g2p.report          # rewrite the block in README.md
+    python -m examples.g2p.report --check  # exit 1 if README.md is out of date
 
 Reads results/g2p_cmudict.json, the optional other CMUdict runs in VARIANTS
 (one model trained longer) and results/g2p_sigmorphon2021.json (written by
@@ -13,6 +13,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from examples.g2p import data
+from tools.readme_block import replace_block
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
@@ -27,12 +30,6 @@ SERVING = (
     ("g2p_cmudict_serving.json", "the default model above"),
     ("g2p_cmudict_serving_one.json", "the first model of the default ensemble, alone"),
 )
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(ROOT / "tools"))
-
-from readme_block import replace_block
-
-import data
 
 
 def _minutes(seconds):
@@ -243,7 +240,7 @@ def main(argv=None):
     new = updated_readme(text)
     if args.check:
         if new != text:
-            print("error: README.md's results block is out of date; run python examples/g2p/report.py", file=sys.stderr)
+            print("error: README.md's results block is out of date; run python -m examples.g2p.report", file=sys.stderr)
             return 1
         return 0
     README.write_text(new, encoding="utf-8")

@@ -1,6 +1,6 @@
 """How a trained SIGMORPHON ensemble should pick among its proposals: a study on dev.
 
-    python examples/g2p/rescoring_study.py runs/g2p_sigmorphon [--languages arm_e bul ...]
+    python -m examples.g2p.rescoring_study runs/g2p_sigmorphon [--languages arm_e bul ...]
         [--results results/g2p_sigmorphon_rescoring.json]
 
 Reads the models a `train.py sigmorphon` run left in its directory (two or
@@ -28,22 +28,18 @@ import datetime
 import json
 import os
 import sys
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import keras
-import model as g2p_model
 import numpy as np
-import train
-from bidirectional import log_likelihoods, reads_right_to_left
-from common import machine
-from members import load_members
-from pronounce import length_sorted_batches
 
-import data
+from examples.common import machine
+from examples.g2p import data, train
+from examples.g2p import model as g2p_model
+from examples.g2p.bidirectional import log_likelihoods, reads_right_to_left
+from examples.g2p.members import load_members
+from examples.g2p.pronounce import length_sorted_batches
 from keras_attention.evaluation import error_rates
 from keras_attention.text import n_best
 
@@ -204,7 +200,7 @@ def main(argv=None):
     for name, figures in study["macro"].items():
         print(f"{name:40s} dev {figures['dev']:6.2f}  test {figures['test']:6.2f}")
     study.update(
-        command="python " + " ".join([os.path.relpath(__file__)] + (sys.argv[1:] if argv is None else list(argv))),
+        command=" ".join(["python -m examples.g2p.rescoring_study", *(sys.argv[1:] if argv is None else argv)]),
         date=datetime.date.today().isoformat(),
         machine=machine(),
     )

@@ -1,6 +1,6 @@
 """Serving a trained CMUdict model: accuracy and ONNX throughput by beam width.
 
-    python examples/g2p/serving.py runs/g2p_cmudict_big [--beam-widths 1 2 3 5] [--batch-size 256]
+    python -m examples.g2p.serving runs/g2p_cmudict_big [--beam-widths 1 2 3 5] [--batch-size 256]
         [--results results/g2p_cmudict_serving.json] [--limit N] [--phonetisaurus-model MODEL.fst] [--int8]
         [--members N]
 
@@ -36,8 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 PASSES = 3  # timed passes over the word list; the median is reported
 
@@ -104,8 +105,8 @@ def throughput(directory, words_file, batch_size, precision="float32"):
     creation included). Runs in the process that calls it: call it in a
     fresh one."""
     import onnxruntime
-    from pronounce import length_sorted_batches
 
+    from examples.g2p.pronounce import length_sorted_batches
     from keras_attention.export import load_vocabulary, translate_texts
 
     words = Path(words_file).read_text(encoding="utf-8").split()
@@ -177,13 +178,13 @@ def _fresh_process_throughput(directory, words, batch_size, precision="float32")
         words_file.write_text("\n".join(words) + "\n", encoding="utf-8")
         result_file = Path(scratch) / "result.json"
         code = (
-            "import json, sys; sys.path.insert(0, sys.argv[1]); import serving; "
-            "json.dump(serving.throughput(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[6]), open(sys.argv[5], 'w'))"
+            "import json, sys; from examples.g2p import serving; "
+            "json.dump(serving.throughput(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[5]), open(sys.argv[4], 'w'))"
         )
-        here = str(Path(__file__).resolve().parent)
         subprocess.run(
-            [sys.executable, "-c", code, here, str(directory), str(words_file), str(batch_size), str(result_file)]
-            + [precision],
+            [sys.executable, "-c", code, str(Path(directory).resolve()), str(words_file), str(batch_size)]
+            + [str(result_file), precision],
+            cwd=ROOT,  # the checkout, where `examples` is a package
             check=True,
         )
         return json.loads(result_file.read_text())
@@ -191,12 +192,12 @@ def _fresh_process_throughput(directory, words, batch_size, precision="float32")
 
 def study(args):
     import keras
-    import model as g2p_model
     import numpy as np
-    from pronounce import length_sorted_batches, score
 
-    import data
     import keras_attention as ka
+    from examples.g2p import data
+    from examples.g2p import model as g2p_model
+    from examples.g2p.pronounce import length_sorted_batches, score
     from keras_attention.evaluation import error_rates
     from keras_attention.export import load_vocabulary
 
@@ -206,7 +207,7 @@ def study(args):
     vocabulary = load_vocabulary(run / "export") if (run / "export" / "vocabulary.json").is_file() else None
     split = data.cmudict_split()
     if vocabulary is None:
-        from train import vocabularies
+        from examples.g2p.train import vocabularies
 
         letters, phones = vocabularies(split["train"])
     else:
@@ -272,7 +273,7 @@ def study(args):
         print(json.dumps(row), flush=True)
         rows.append(row)
     if Path(args.phonetisaurus_model).is_file():
-        import peer as g2p_peer
+        from examples.g2p import peer as g2p_peer
 
         # Timed PASSES times as ours is: this machine's speed drifts by 20% from minute to minute.
         runs = [g2p_peer.evaluate(args.phonetisaurus_model, test) for _ in range(PASSES)]
@@ -293,12 +294,12 @@ def study(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    from train import machine
+    from examples.g2p.train import machine
 
     begin = time.perf_counter()
     document = study(args)
     document.update(
-        command="python " + " ".join([os.path.relpath(__file__)] + (sys.argv[1:] if argv is None else list(argv))),
+        command=" ".join(["python -m examples.g2p.serving", *(sys.argv[1:] if argv is None else argv)]),
         wall_seconds=round(time.perf_counter() - begin, 1),
         date=datetime.date.today().isoformat(),
         machine=machine(),

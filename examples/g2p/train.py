@@ -1,7 +1,7 @@
 """Grapheme-to-phoneme conversion on real data: CMUdict and SIGMORPHON 2021 task 1.
 
-    python examples/g2p/train.py cmudict [--epochs N] [--out DIR] [--no-peer] [--smoke]
-    python examples/g2p/train.py sigmorphon [--languages arm_e bul ...|medium|eng_us] [--out DIR] [--smoke]
+    python -m examples.g2p.train cmudict [--epochs N] [--out DIR] [--no-peer] [--smoke]
+    python -m examples.g2p.train sigmorphon [--languages arm_e bul ...|medium|eng_us] [--out DIR] [--smoke]
 
 A character-level BiLSTM encoder and an attention LSTM decoder (see
 `model.py`), trained with teacher forcing on length-bucketed batches, selected
@@ -27,20 +27,17 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # examples/, for common
 
-import model as g2p_model
 import numpy as np
-import training
-from bidirectional import DIRECTIONS, BidirectionalPronouncer, reads_right_to_left, reversed_split
-from common import machine
-from members import member_directory, train_member, train_members
-from phones import PhoneCharacters
-from pronounce import score
 
-import data
 import keras_attention as ka
+from examples.common import machine
+from examples.g2p import data, training
+from examples.g2p import model as g2p_model
+from examples.g2p.bidirectional import DIRECTIONS, BidirectionalPronouncer, reads_right_to_left, reversed_split
+from examples.g2p.members import member_directory, train_member, train_members
+from examples.g2p.phones import PhoneCharacters
+from examples.g2p.pronounce import score
 from keras_attention.evaluation import error_rates
 from keras_attention.text import Vocabulary
 
@@ -376,7 +373,7 @@ def serve_onnx(directory, beam, words, letters, batch_size=256):
 
 
 def sorted_batches(words, batch_size):
-    from pronounce import length_sorted_batches
+    from examples.g2p.pronounce import length_sorted_batches
 
     return length_sorted_batches(words, batch_size)
 
@@ -422,7 +419,7 @@ def run_cmudict(args):
             f"ONNX beam serving: {serving['words_per_second']:.0f} words/s; same as Keras on {serving['same_as_keras']:.2%} of test words"
         )
     if not args.no_peer:
-        import peer
+        from examples.g2p import peer
 
         # The peer needs no dev set: it trains on every non-test word.
         peer_train = {**split["train"], **split["dev"]}
@@ -475,7 +472,7 @@ def main(argv=None):
     begin = time.perf_counter()
     document = run_cmudict(args) if args.dataset == "cmudict" else run_sigmorphon(args)
     document.update(
-        command="python " + " ".join([os.path.relpath(__file__)] + (sys.argv[1:] if argv is None else list(argv))),
+        command=" ".join(["python -m examples.g2p.train", *(sys.argv[1:] if argv is None else argv)]),
         wall_seconds=round(time.perf_counter() - begin, 1),
         date=datetime.date.today().isoformat(),
         machine=machine(),

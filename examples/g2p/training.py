@@ -9,9 +9,9 @@ import time
 
 import keras
 import numpy as np
-from pronounce import score
 
 import keras_attention as ka
+from examples.g2p.pronounce import score
 from keras_attention.batching import LengthBucketedBatches
 
 

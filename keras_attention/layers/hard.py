@@ -7,6 +7,9 @@ from keras import ops
 from keras_attention import _checks
 from keras_attention._reductions import any_along, first_max_index
 from keras_attention.layers.base import BaseAttention
+from keras_attention.layers.concat import ConcatAttention
+from keras_attention.layers.dot import DotAttention, ScaledDotAttention
+from keras_attention.layers.general import GeneralAttention
 from keras_attention.ops import masked_softmax
 
 # float32's smallest normal number: the floor of the Gumbel draws' uniforms.
@@ -16,17 +19,15 @@ __all__ = ["HardAttention"]
 
 # Score layers that can be named by a string (they need no constructor arguments).
 _SCORES_BY_NAME = {
-    "dot": "DotAttention",
-    "scaled_dot": "ScaledDotAttention",
-    "general": "GeneralAttention",
-    "concat": "ConcatAttention",
+    "dot": DotAttention,
+    "scaled_dot": ScaledDotAttention,
+    "general": GeneralAttention,
+    "concat": ConcatAttention,
 }
 _MODES = ("argmax", "sample")
 
 
 def _score_layer(layer, score):
-    from keras_attention import layers as attention_layers
-
     if isinstance(score, str):
         if score == "additive":
             raise ValueError(
@@ -34,7 +35,7 @@ def _score_layer(layer, score):
                 "`score=AdditiveAttention(units=...)` instead."
             )
         _checks.check_choice(layer, "score", score, tuple(_SCORES_BY_NAME))
-        return getattr(attention_layers, _SCORES_BY_NAME[score])(dtype=layer.dtype_policy)
+        return _SCORES_BY_NAME[score](dtype=layer.dtype_policy)
     score = _checks.resolve_layer(
         layer,
         "score",
