@@ -4,6 +4,8 @@ an empty batch served, and the plain conversion kept wherever that would
 not be exact."""
 
 import collections
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -11,7 +13,9 @@ import onnx
 import onnxruntime
 import pytest
 
-from keras_attention.export import export_model
+import keras_attention as ka
+from keras_attention.export import export_model, run_onnx
+from keras_attention.export.fused_rnn import ZERO_STEPS_REFUSED
 
 # Right-padded ids: a full row, a short one, a row of padding only.
 IDS = np.array([[3, 4, 5, 6, 7], [8, 9, 0, 0, 0], [0, 0, 0, 0, 0], [1, 2, 3, 4, 0]], np.int32)
@@ -80,14 +84,91 @@ def test_an_empty_batch_and_empty_rows_are_served(tmp_path):
     # onnxruntime's LSTM aborts the whole process on a batch of 0: the fused
     # nodes get one row of zeros then, sliced off again.
     _, _, session = _export(_encoder(), tmp_path / "export")
-    for shape in [(0, 5), (0, 0), (3, 0)]:
-        outputs = dict(
-            zip([o.name for o in session.get_outputs()], session.run(None, {"ids": np.ones(shape, "int32")}))
-        )
+    names = [o.name for o in session.get_outputs()]
+    for shape in [(0, 5), (3, 1)]:
+        outputs = dict(zip(names, session.run(None, {"ids": np.zeros(shape, "int32")})))
         assert outputs["sequence"].shape == (shape[0], shape[1], 14)
         assert outputs["state_0"].shape == (shape[0], 7)
         if shape[0]:  # no token at all: the initial (zero) states
             np.testing.assert_array_equal(outputs["state_0"], 0.0)
+    # No step at all (a source of width 0) is refused, as Keras's LSTM refuses it (issue 34, item 7).
+    for shape in [(0, 0), (3, 0)]:
+        with pytest.raises(Exception, match=ZERO_STEPS_REFUSED):
+            session.run(None, {"ids": np.ones(shape, "int32")})
+
+
+_RUN_ZERO_WIDTH = """
+import sys, numpy as np, onnxruntime
+path, level, batch, width = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+options = onnxruntime.SessionOptions()
+options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
+session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+try:
+    outputs = session.run(None, {"source": np.ones((batch, width), np.int32)})
+    print("shapes", [list(o.shape) for o in outputs])
+except Exception as error:
+    print("refused", error)
+"""
+
+
+def _greedy_over_lstm():
+    keras.utils.set_random_seed(7)
+    source = keras.Input((None,), dtype="int32", name="source")
+    memory = keras.layers.LSTM(8, return_sequences=True)(keras.layers.Embedding(12, 6, mask_zero=True)(source))
+    cell = ka.AttentionGRUCell(8, ka.GeneralAttention())
+    decoded = ka.InferenceDecoder(cell, keras.layers.Embedding(9, 5), keras.layers.Dense(9), 1, 2, 6)(memory)
+    return keras.Model(source, {"ids": decoded["ids"], "scores": decoded["scores"]})
+
+
+def test_a_zero_width_source_is_refused_not_a_crash(tmp_path):
+    """Issue 34, item 7: a decoder over a fused LSTM given a source of width
+    0 killed the process (SIGFPE, exit -8) at onnxruntime's EXTENDED level
+    and above, float32 and int8; the serve command died without its line."""
+    model = _greedy_over_lstm()
+    with pytest.raises(Exception, match="LSTM"):  # Keras refuses zero steps
+        model(np.ones((2, 0), "int32"))
+    report = export_model(model, tmp_path / "export", formats=["onnx"], quantize="int8")
+    assert any("fused LSTM nodes" in note for note in report.notes), report.notes
+    for file in ("model.onnx", "model.int8.onnx"):
+        for level in ("ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"):
+            for batch, width, expected in [(2, 0, "refused"), (0, 0, "refused"), (0, 3, "shapes"), (1, 3, "shapes")]:
+                path = str(tmp_path / "export" / file)
+                done = subprocess.run(
+                    [sys.executable, "-c", _RUN_ZERO_WIDTH, path, level, str(batch), str(width)],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+                case = (file, level, batch, width, done.returncode, done.stderr[-300:])
+                assert done.returncode == 0, case
+                assert done.stdout.startswith(expected), (case, done.stdout)
+                if expected == "refused":
+                    assert ZERO_STEPS_REFUSED in done.stdout, done.stdout
+                else:
+                    assert f"[{batch}, 6]" in done.stdout, done.stdout
+    want = model(np.array([[3, 4, 5]], "int32"))["ids"]
+    got = run_onnx(tmp_path / "export", {"source": [[3, 4, 5]]})["outputs"]["ids"]
+    np.testing.assert_array_equal(got, np.asarray(want))
+    # In this process now: the refusal is an error, never a crash.
+    with pytest.raises(
+        ValueError, match=r"signature 'serving_default' refuses an input of zero steps \(inputs \{'source': \[2, 0\]"
+    ):
+        run_onnx(tmp_path / "export", {"source": np.ones((2, 0), "int32")}, precision="int8")
+    command = "import sys; from keras_attention.export.serve_cli import main; sys.exit(main(sys.argv[1:]))"
+    for precision in ("float32", "int8"):
+        served = subprocess.run(
+            [sys.executable, "-c", command, str(tmp_path / "export"), "--inputs", '{"source": [[], []]}']
+            + ["--runs", "0", "--precision", precision],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert served.returncode == 1, (served.returncode, served.stderr[-500:])
+        assert (
+            served.stderr.strip()
+            .splitlines()[-1]
+            .startswith("error: run_onnx: signature 'serving_default' refuses an input of zero steps")
+        ), served.stderr[-500:]
 
 
 def test_unmasked_layers_keep_every_step_and_serve_an_empty_batch(tmp_path):

@@ -31,17 +31,24 @@ way out (export the `.keras` file under TensorFlow):
 `support` has the whole table and the reasons (beam search's StableHLO,
 jax2onnx's missing conversions, PyTorch's traced Python loops).
 
-One module per concern: `layout` (file names and defaults), `report`,
-`models` (loading and the float32 copy), `signatures`, `samples` (the
-verification inputs), `parity`, `onnx` (conversion and its diagnostics),
-`quantize` (the int8 copies), `directories` (safe placement), `exporter` (`export_model`),
-`support` (which backend exports what), `keras_exporters` (JAX's and PyTorch's export), `vocabulary`,
-`serving` (`run_onnx`, `translate_texts`), and the two commands: `cli`
-(`keras-attention-export`) and `serve_cli` (`keras-attention-serve`).
+Formats are registered by name (`formats`: `register_format(name, writer,
+runner)`); each has one module, `saved_model_format` and `onnx_format`
+(with its int8 copies), and `export_model` writes and verifies whatever is
+registered through one `ExportContext` (`context`). The other modules, one
+per concern: `layout` (file names and defaults), `report`, `models`
+(loading and the float32 copy), `signatures`, `samples` (the verification
+inputs), `parity` (the comparison with Keras, given each format's runner),
+`onnx` (tf2onnx conversion and its diagnostics), `fused_rnn` (masked LSTMs
+as fused ONNX nodes), `quantize` (the int8 copies), `directories` (safe
+placement), `exporter` (`export_model`), `support` (which backend exports
+which format, by registered name), `vocabulary`, `serving` (`run_onnx`,
+`translate_texts`), and the two commands: `cli` (`keras-attention-export`)
+and `serve_cli` (`keras-attention-serve`).
 """
 
 from keras_attention.export.cli import error_line, main
 from keras_attention.export.exporter import export_model
+from keras_attention.export.formats import register_format, registered_formats, unregister_format
 from keras_attention.export.layout import (
     DEFAULT_OPSET,
     DEFAULT_SHAPES,
@@ -80,6 +87,9 @@ __all__ = [
     "export_model",
     "load_vocabulary",
     "main",
+    "register_format",
+    "registered_formats",
     "run_onnx",
     "translate_texts",
+    "unregister_format",
 ]

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from keras_attention.export.exporter import export_model
+from keras_attention.export.formats import registered_formats
 from keras_attention.export.layout import (
     DEFAULT_OPSET,
     DEFAULT_SIGNATURE,
@@ -53,7 +54,8 @@ def main(argv=None):
     )
     parser.add_argument("model", help="the .keras file: the serving_default signature")
     parser.add_argument("out_dir", help="the export directory to create")
-    parser.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS))
+    # Any registered format (a plugin imported first adds its own); the built-in ones by default.
+    parser.add_argument("--formats", nargs="+", choices=registered_formats(), default=list(FORMATS))
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset, {MIN_OPSET}-{MAX_OPSET}")
     parser.add_argument("--force", action="store_true", help="replace an existing export directory")
     parser.add_argument(

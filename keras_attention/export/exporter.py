@@ -10,25 +10,21 @@ from pathlib import Path
 
 import keras
 
-from keras_attention.export import fused_rnn
+from keras_attention.export import formats as registry
+from keras_attention.export.context import ExportContext
 from keras_attention.export.directories import _check_target, _put_in_place, _remove_created
-from keras_attention.export.keras_exporters import write_and_verify
 from keras_attention.export.layout import (
     DEFAULT_OPSET,
     DEFAULT_SHAPES,
-    DEFAULT_SIGNATURE,
     FORMATS,
     MAX_OPSET,
     MIN_OPSET,
     REPORT_FILE,
-    SAVED_MODEL_DIR,
     VOCABULARY_FILE,
-    _onnx_file,
 )
 from keras_attention.export.models import _as_models, _exportable_copy
-from keras_attention.export.onnx import _export_onnx
-from keras_attention.export.parity import _difference, _is_exact, _run_session, _verify
-from keras_attention.export.quantize import _check_quantize, _quantize_signature
+from keras_attention.export.parity import check_parity, compare
+from keras_attention.export.quantize import _check_quantize
 from keras_attention.export.report import ExportReport
 from keras_attention.export.samples import batches_function
 from keras_attention.export.signatures import _make_signature, spec_dtype, spec_shape
@@ -40,9 +36,10 @@ def _check_formats(formats):
     if isinstance(formats, str):
         formats = (formats,)
     formats = tuple(formats)
-    unknown = [f for f in formats if f not in FORMATS]
+    known = registry.registered_formats()
+    unknown = [f for f in formats if f not in known]
     if not formats or unknown or len(set(formats)) != len(formats):
-        raise ValueError(f"`formats` must be a non-empty selection of {FORMATS} without repeats; got {formats!r}.")
+        raise ValueError(f"`formats` must be a non-empty selection of {known} without repeats; got {formats!r}.")
     return formats
 
 
@@ -101,7 +98,8 @@ def export_model(
             mode), or a mapping {signature name: model or path}, e.g.
             `{"serving_default": train_model, "translate": decode_model}`.
         directory: the export directory to create.
-        formats: "saved_model" and/or "onnx".
+        formats: names of registered formats (`keras_attention.export.formats`):
+            "saved_model" and/or "onnx" built in; `register_format` adds others.
         opset: ONNX opset, 13 to 18.
         input_signature: optional input specs (list of `keras.InputSpec` /
             `tf.TensorSpec`, or {input name: (shape, dtype)}); required for
@@ -204,8 +202,6 @@ def export_model(
         }
         if signature.options:
             report.signatures[signature.name]["options"] = signature.options
-        if DEFAULT_SIGNATURE not in models and signature is signatures[0] and "saved_model" in formats:
-            report.notes.append(f"SavedModel: {signature.name!r} is also served as {DEFAULT_SIGNATURE!r}.")
 
     created = [p for p in [directory.parent, *directory.parent.parents] if not p.exists()]
     try:
@@ -218,10 +214,19 @@ def export_model(
             f"`directory` {str(directory)!r}: cannot create the export there ({error.strerror or error})."
         ) from error
     try:
-        batches_for = _once_per_signature(batches_function(sample_inputs, vocabulary, shapes, seed))
-        # Off TensorFlow, through Keras's own exporters (keras_exporters.py).
-        write = _write_and_verify if backend == "tensorflow" else write_and_verify
-        write(signatures, staging, directory, formats, opset, verify, batches_for, atol, quantize, report)
+        context = ExportContext(
+            signatures=signatures,
+            staging=staging,
+            directory=directory,
+            backend=backend,
+            opset=opset,
+            verify=verify,
+            atol=atol,
+            quantize=quantize,
+            report=report,
+            batches_function=batches_function(sample_inputs, vocabulary, shapes, seed),
+        )
+        _write_and_verify(context, formats)
         if vocabulary is not None:
             (staging / VOCABULARY_FILE).write_text(vocabulary_json(vocabulary), encoding="utf-8")
             report.paths["vocabulary"] = str(directory / VOCABULARY_FILE)
@@ -248,106 +253,22 @@ def _versions():
     return versions
 
 
-def _write_and_verify(signatures, staging, directory, formats, opset, verify, batches_for, atol, quantize, report):
-    """Write each format into `staging` from TensorFlow graphs (tf2onnx for
-    ONNX) and compare it with Keras on the batches `batches_for(signature)` gives."""
-    import tensorflow as tf
-
-    functions = {}
-    if "saved_model" in formats:
+def _write_and_verify(context, formats):
+    """Write every requested format into `context.staging` through the
+    registry, in registration order (a later writer may reuse an earlier
+    one's work, `context.traced`), then compare each with Keras."""
+    chosen = [registry.get_format(name) for name in registry.registered_formats() if name in formats]
+    for format in chosen:
         begin = time.perf_counter()
-        archive = keras.export.ExportArchive()
-        for signature in signatures:
-            archive.track(signature.model)
-            functions[signature.name] = archive.add_endpoint(signature.name, signature.serve, signature.input_specs)
-        archive.write_out(str(staging / SAVED_MODEL_DIR), verbose=False)
-        report.paths["saved_model"] = str(directory / SAVED_MODEL_DIR)
-        report.timings_s["saved_model"] = round(time.perf_counter() - begin, 3)
-
-    sessions = {}
-    if "onnx" in formats:
-        begin = time.perf_counter()
-        report.paths["onnx"] = {}
-        for signature in signatures:
-            path = staging / _onnx_file(signature.name)
-            sessions[signature.name] = _onnx_session(
-                signature, functions.get(signature.name), path, opset, batches_for, atol, report
-            )
-            report.paths["onnx"][signature.name] = str(directory / _onnx_file(signature.name))
-        report.timings_s["onnx"] = round(time.perf_counter() - begin, 3)
-
-    quantized = {}
-    if quantize:
-        begin = time.perf_counter()
-        for signature in signatures:
-            quantized[signature.name] = _quantize_signature(signature.name, staging, directory, quantize, report)
-        report.timings_s["quantize"] = round(time.perf_counter() - begin, 3)
-
-    if not verify:
-        report.notes.append("verify=False: no parity measured.")
+        context.report.paths[format.name] = format.writer(context)
+        context.report.timings_s[format.name] = round(time.perf_counter() - begin, 3)
+    if not context.verify:
+        context.report.notes.append("verify=False: no parity measured.")
         return
-    run_saved_model = None
-    if "saved_model" in formats:
-        loaded = tf.saved_model.load(str(staging / SAVED_MODEL_DIR))
-
-        def run_saved_model(signature, arrays):
-            function = loaded.signatures[signature.name]
-            outputs = function(**{n: tf.constant(a) for n, a in zip(signature.input_names, arrays)})
-            return {k: v.numpy() for k, v in outputs.items()}
-
-    _verify(signatures, batches_for, run_saved_model, sessions, quantized, atol, report)
-
-
-def _onnx_session(signature, function, path, opset, batches_for, atol, report):
-    """Write the signature's ONNX file and return its session: with its
-    masked LSTM layers as fused nodes when they can be and the result
-    matches Keras on the verification batches and on a row of them padded
-    after all, half and none of its tokens (`fused_rnn`), else as tf2onnx converts the
-    traced `function` (traced here when None)."""
-    import tensorflow as tf
-
-    layers, refused = fused_rnn.recurrent_layers(signature.model)
-    if layers:
-        try:
-            traced, lengths_from, directions = fused_rnn.traced_without_masks(signature, layers, refused)
-            session = _export_onnx(signature, traced, path, opset, lengths_from, directions)
-            batches = batches_for(signature)
-            padded = fused_rnn.padded_variant(batches, lengths_from, signature.input_names)
-            _same_as_keras(signature, session, batches + ([padded] if padded else []), atol)
-            report.notes.append(
-                f"ONNX {signature.name!r}: {directions} masked recurrent layer direction(s) run as fused "
-                f"LSTM nodes over the lengths of {lengths_from!r} (ids != 0; the padding must come "
-                "after the tokens, as generated and as Vocabulary.encode writes it)."
-            )
-            return session
-        except Exception as reason:  # any failure of the attempt: the plain conversion stands
-            if str(reason):
-                report.notes.append(f"ONNX {signature.name!r}: recurrent layers left as converted ({reason}).")
-    if function is None:
-        function = tf.function(signature.serve, input_signature=signature.input_specs, autograph=False)
-    return _export_onnx(signature, function, path, opset)
-
-
-def _same_as_keras(signature, session, batches, atol):
-    """Raise `fused_rnn.NotFused` unless `session` gives Keras's outputs on
-    `batches` (integers exactly, floats within `atol`)."""
-    for got, arrays in zip(_run_session({signature.name: session}, signature, batches), batches):
-        want = signature.call_keras(arrays)
-        for name, dtype in zip(signature.output_names, signature.output_dtypes):
-            difference = _difference(got[name], want[name])
-            if not difference <= (0.0 if _is_exact(dtype) else atol):
-                raise fused_rnn.NotFused(f"output {name!r} differed from Keras by {difference:.3g}")
-
-
-def _once_per_signature(batches_for):
-    """`batches_for`, computed once per signature: the fused-layer check and
-    the parity table see the same batches (generated ones draw from one
-    random generator)."""
-    cache = {}
-
-    def batches(signature):
-        if signature.name not in cache:
-            cache[signature.name] = batches_for(signature)
-        return cache[signature.name]
-
-    return batches
+    begin = time.perf_counter()
+    expected = compare(context, {format.name: format.runner(context) for format in chosen})
+    for format in chosen:
+        if format.measure is not None:
+            format.measure(context, expected)
+    context.report.timings_s["verify"] = round(time.perf_counter() - begin, 3)
+    check_parity(context.report)

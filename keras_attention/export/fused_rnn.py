@@ -185,6 +185,8 @@ def fuse(model_proto, input_name=None, directions=None):
         "fused_rnn/axis_1": np.array([1], np.int64),
         "fused_rnn/axis_2": np.array([2], np.int64),
         "fused_rnn/one": np.array([1], np.int64),
+        "fused_rnn/start_scalar": np.array(0, np.int64),
+        "fused_rnn/one_scalar": np.array(1, np.int64),
         "fused_rnn/no_length": np.array([0], np.int32),
     }
     graph.initializer.extend(onnx.numpy_helper.from_array(v, k) for k, v in constants.items())
@@ -228,7 +230,8 @@ def _guarded(node, lengths, dtype):
         helper.make_node("Shape", [x], [f"{prefix}/x_shape"]),
         helper.make_node("Slice", [f"{prefix}/x_shape", "fused_rnn/axis_1", "fused_rnn/axis_2"], [f"{prefix}/batch"]),
         helper.make_node("Min", [f"{prefix}/batch", "fused_rnn/one"], [f"{prefix}/nonempty"]),
-        helper.make_node("Sub", ["fused_rnn/one", f"{prefix}/nonempty"], [f"{prefix}/extra"]),
+        helper.make_node("Sub", ["fused_rnn/one", f"{prefix}/nonempty"], [f"{prefix}/unchecked_extra"]),
+        *_refusing_zero_steps(f"{prefix}/x_shape", f"{prefix}/unchecked_extra", f"{prefix}/extra", prefix),
     ]
     inputs[0] = f"{prefix}/x"
     before += _with_extra_row(x, inputs[0], f"{prefix}/extra", inputs[0], dtype)
@@ -259,6 +262,42 @@ def _guarded(node, lengths, dtype):
         if name
     ]
     return before + [node] + after
+
+
+ZERO_STEPS_REFUSED = "refuses_an_input_of_zero_steps_as_keras_lstm_does"
+
+
+def _refusing_zero_steps(x_shape, value, output, prefix):
+    """Nodes passing `value` (an int64 tensor) on as `output`, or failing
+    with an error that names `ZERO_STEPS_REFUSED` when the node's input of
+    shape `x_shape` has no steps (a source of width 0).
+
+    Keras's LSTM and GRU refuse zero steps (the SavedModel too). The fused
+    node must not run them either: onnxruntime (1.31, EXTENDED level and
+    above) folds the transpose of its time-major output into the next
+    MatMul (a FusedMatMul with transBatchB), whose kernel divides by the
+    zero length and kills the process with SIGFPE. ONNX has no assertion
+    op: position 0 of the steps' range is gathered, which fails on an
+    empty range and adds 0 otherwise."""
+    from onnx import helper
+
+    return [
+        helper.make_node("Slice", [x_shape, "fused_rnn/start", "fused_rnn/one"], [f"{prefix}/steps"]),
+        helper.make_node("Squeeze", [f"{prefix}/steps"], [f"{prefix}/steps_scalar"]),
+        helper.make_node(
+            "Range",
+            ["fused_rnn/start_scalar", f"{prefix}/steps_scalar", "fused_rnn/one_scalar"],
+            [f"{prefix}/positions"],
+        ),
+        helper.make_node(
+            "Gather",
+            [f"{prefix}/positions", "fused_rnn/start"],
+            [f"{prefix}/first_position"],
+            axis=0,
+            name=f"{prefix}/{ZERO_STEPS_REFUSED}",
+        ),
+        helper.make_node("Add", [value, f"{prefix}/first_position"], [output]),
+    ]
 
 
 def _direction(node):

@@ -1,8 +1,6 @@
 """Exported outputs compared with Keras: one `ParityRow` per output and
 format, and the `ExportError` that names every mismatch."""
 
-import time
-
 import keras
 import numpy as np
 
@@ -44,7 +42,8 @@ def _record(report, signature, format, expected, actual, atol):
         report.parity.append(ParityRow(signature.name, format, name, shown, diff, exact, tolerance, ok))
 
 
-def _check_parity(report):
+def check_parity(report):
+    """Raise `ExportError` naming every parity row that failed, with the table."""
     failures = [row for row in report.parity if not row.ok]
     if failures:
         listed = "; ".join(
@@ -56,24 +55,16 @@ def _check_parity(report):
         raise ExportError(f"export does not match Keras: {listed}. Nothing was written.\n{report.table()}", report)
 
 
-def _run_session(sessions, signature, batches):
-    """[{output name: array}] of the signature's onnxruntime session on each batch."""
-    session = sessions[signature.name]
-    names = [o.name for o in session.get_outputs()]
-    return [dict(zip(names, session.run(None, dict(zip(signature.input_names, arrays))))) for arrays in batches]
-
-
-def _verify(signatures, batches_for, run_saved_model, sessions, quantized, atol, report):
-    """Compare every written artifact with Keras on each signature's
-    verification batches: the SavedModel (`run_saved_model(signature,
-    arrays)`, None when not written), the ONNX `sessions` and the int8
-    `quantized` ones ({signature name: session}); records the rows in
-    `report` and raises `ExportError` on a mismatch."""
-    from keras_attention.export.quantize import _quantized_outputs
-
-    begin = time.perf_counter()
-    for signature in signatures:
-        batches = batches_for(signature)
+def compare(context, runners):
+    """Compare every format's outputs with Keras on each signature's
+    verification batches: `runners` is {format name: run(signature, arrays)},
+    one `ParityRow` per signature, format and output goes into
+    `context.report`. Returns Keras's outputs, {signature name: [outputs
+    per batch]}, for measures that are not held to the tolerance. Raises
+    nothing on a mismatch: `check_parity` does, once everything is measured."""
+    report, expected_by_signature = context.report, {}
+    for signature in context.signatures:
+        batches = context.batches(signature)
         try:
             expected = [signature.call_keras(arrays) for arrays in batches]
         except Exception as error:
@@ -84,13 +75,8 @@ def _verify(signatures, batches_for, run_saved_model, sessions, quantized, atol,
         report.batches[signature.name] = [
             {n: list(a.shape) for n, a in zip(signature.input_names, arrays)} for arrays in batches
         ]
-        if run_saved_model is not None:
-            actual = [run_saved_model(signature, arrays) for arrays in batches]
-            _record(report, signature, "saved_model", expected, actual, atol)
-        if signature.name in sessions:
-            _record(report, signature, "onnx", expected, _run_session(sessions, signature, batches), atol)
-        if signature.name in quantized:
-            actual = _run_session(quantized, signature, batches)
-            report.quantized[signature.name]["outputs"] = _quantized_outputs(signature, expected, actual)
-    report.timings_s["verify"] = round(time.perf_counter() - begin, 3)
-    _check_parity(report)
+        for format, run in runners.items():
+            actual = [run(signature, arrays) for arrays in batches]
+            _record(report, signature, format, expected, actual, context.atol)
+        expected_by_signature[signature.name] = expected
+    return expected_by_signature

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_attention.decoders.runtime_options import RUNTIME_OPTIONS, check_length_values, check_option_values
+from keras_attention.export.fused_rnn import ZERO_STEPS_REFUSED
 from keras_attention.export.layout import DEFAULT_SIGNATURE, PRECISIONS, VOCABULARY_FILE, _onnx_file
 from keras_attention.export.onnx import OPTIONS_PROPERTY, _session
 from keras_attention.export.vocabulary import _is_text, decode_ids, encode_strings, load_vocabulary
@@ -195,6 +196,12 @@ class _OnnxSignature:
         try:
             values = self.session.run(None, feeds)
         except Exception as error:  # onnxruntime's own exception types
+            if ZERO_STEPS_REFUSED in str(error):
+                raise ValueError(
+                    f"run_onnx: signature {self.signature!r} refuses an input of zero steps "
+                    f"(inputs { ({n: list(v.shape) for n, v in feeds.items()}) }), as Keras's LSTM does: "
+                    "give every source at least one position."
+                ) from error
             raise RuntimeError(
                 f"run_onnx: onnxruntime failed on signature {self.signature!r} with inputs "
                 f"{ {n: list(v.shape) for n, v in feeds.items()} }: {error}"
@@ -259,8 +266,9 @@ def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, threads=None, preci
     Raises ValueError naming the input when a value does not fit it: not a
     nested list of numbers, another rank, non-integers for integer ids, ids
     outside the model's embedding table, an option outside its bounds (e.g.
-    `top_p` outside (0, 1], `min_length` not below `max_length`);
-    RuntimeError when onnxruntime fails on valid inputs.
+    `top_p` outside (0, 1], `min_length` not below `max_length`), or a
+    source of zero steps fed to an LSTM run as a fused node (Keras refuses
+    it too); RuntimeError when onnxruntime fails on valid inputs.
 
     Example:
 

@@ -56,7 +56,8 @@ _WAY_OUT = (
     "Save the model (`model.save('m.keras')`; weights are backend-neutral) and export the file under "
     "TensorFlow: `KERAS_BACKEND=tensorflow keras-attention-export m.keras OUT_DIR`."
 )
-# {(backend, format): {kind: why not}}; a kind not listed is supported.
+# {(backend, format name in the `formats` registry): {kind: why not}}; a kind
+# not listed is supported, and so is a registered format not listed at all.
 _UNSUPPORTED = {
     ("jax", "onnx"): {
         "recurrent": "Keras exports JAX to ONNX with jax2onnx, which does not convert the masked softmax the "
