@@ -137,6 +137,8 @@ def locate_roles(variables, names):
         for role, (found, candidates) in problems.items():
             what = f"several ({', '.join(found)})" if found else "none"
             hint = "" if found or not candidates else f" (candidates: {', '.join(candidates)})"
+            if role == "attention_mechanism" and found:
+                hint = ": an AttentionWrapper given a list of mechanisms, which has no equivalent here (one attention per wrapper)"
             lines.append(f"{role}: found {what}{hint}")
         wanted = ", ".join(f"{role!r}: 'path/in/checkpoint'" for role in problems)
         raise ValueError(
