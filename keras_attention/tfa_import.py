@@ -18,11 +18,17 @@ read-out kernel of shape `(units or attention size, target vocabulary)`.
 `names=` overrides any role by its checkpoint path when a model is laid out
 otherwise. The conventions that differ are set to tfa's: the attention
 layer is linear (`attention_activation=None`) and beam search uses tfa's
-length bookkeeping (`length_convention="tfa"`).
+length bookkeeping (`length_convention="tfa"`). `mask_zero` and
+`memory_sequence_length` say how the tfa model masked its source, which a
+checkpoint does not record. A mechanism or layer the checkpoint shows to be
+one this module does not reproduce exactly (another mechanism than
+`attention` says, a monotonic one, a list of them, an attention layer of
+your own) is refused with what to do (`keras_attention.tfa_checkpoint`).
 
 The same as a command, writing the three models as `.keras` files:
 
     python -m keras_attention.tfa_import CHECKPOINT OUT_DIR --cell lstm --attention luong \
+        --mask-zero true --memory-sequence-length source \
         --start-token 1 --end-token 2 --max-length 40 [--beam-width 5 --length-penalty-weight 0.6]
 
 (also installed as `keras-attention-import-tfa`; `--help` lists the rest).
@@ -30,112 +36,30 @@ The same as a command, writing the three models as `.keras` files:
 
 import argparse
 import os
-import re
 import sys
+import warnings
 from pathlib import Path
 
 import keras
 import numpy as np
+from keras import ops
 
 from keras_attention.cells.wrapper import AttentionWrapper
 from keras_attention.decoders import AttentionDecoder, InferenceDecoder
 from keras_attention.layers import AdditiveAttention, GeneralAttention
-
-__all__ = ["ROLES", "import_tfa_seq2seq", "main", "read_tfa_checkpoint"]
-
-ROLES = (
-    "source_embedding",
-    "encoder",
-    "target_embedding",
-    "decoder_cell",
-    "attention_mechanism",
-    "attention_layer",
-    "output_layer",
+from keras_attention.tfa_checkpoint import (
+    ROLES,
+    describe_attention_layer,
+    describe_mechanism,
+    locate_roles,
+    read_tfa_checkpoint,
 )
-_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+__all__ = ["MEMORY_SEQUENCE_LENGTHS", "ROLES", "import_tfa_seq2seq", "main", "read_tfa_checkpoint"]
+
 _CELLS = {"lstm": (keras.layers.LSTM, keras.layers.LSTMCell), "gru": (keras.layers.GRU, keras.layers.GRUCell)}
 _ATTENTIONS = ("luong", "bahdanau")
-
-
-def read_tfa_checkpoint(path):
-    """{variable path: array} of a TF checkpoint (its prefix, or a
-    directory holding one) or a SavedModel directory, optimizer slots left
-    out. Paths read as the checkpoint's object graph names them, e.g.
-    `decoder/attention_mechanism/memory_layer/kernel`."""
-    import tensorflow as tf
-
-    path = Path(path)
-    if (path / "variables" / "variables.index").is_file():  # a SavedModel
-        path = path / "variables" / "variables"
-    elif path.is_dir():
-        latest = tf.train.latest_checkpoint(str(path))
-        if latest is None:
-            raise FileNotFoundError(f"`checkpoint` {str(path)!r}: no checkpoint or SavedModel in this directory.")
-        path = Path(latest)
-    if not Path(str(path) + ".index").is_file():
-        raise FileNotFoundError(
-            f"`checkpoint` {str(path)!r}: no such checkpoint (expected PREFIX.index beside PREFIX.data-*)."
-        )
-    reader = tf.train.load_checkpoint(str(path))
-    return {
-        key[: -len(_SUFFIX)]: reader.get_tensor(key)
-        for key in reader.get_variable_to_shape_map()
-        if key.endswith(_SUFFIX) and "OPTIMIZER_SLOT" not in key and not key.startswith("optimizer/")
-    }
-
-
-def _one(found, role, variables):
-    if len(found) != 1:
-        listing = ", ".join(sorted(variables))
-        what = "none" if not found else f"several ({', '.join(sorted(found))})"
-        raise ValueError(
-            f"tfa checkpoint: cannot tell which weights are the {role}: found {what}. "
-            f"Pass names={{{role!r}: 'path/in/checkpoint'}}. The checkpoint holds: {listing}."
-        )
-    return found[0]
-
-
-def _locate(variables, names):
-    """{role: checkpoint path prefix} by tfa's layout and the model's structure."""
-    roles = dict(names)
-    if "attention_mechanism" not in roles:
-        roles["attention_mechanism"] = _one(
-            [k[: -len("/memory_layer/kernel")] for k in variables if k.endswith("/memory_layer/kernel")],
-            "attention_mechanism",
-            variables,
-        )
-    top = roles["attention_mechanism"].split("/")[0]
-    if "attention_layer" not in roles:
-        layers = [k[: -len("/kernel")] for k in variables if re.search(r"_attention_layers/0/kernel$", k)]
-        roles["attention_layer"] = layers[0] if len(layers) == 1 else None
-    cells = [k[: -len("/recurrent_kernel")] for k in variables if k.endswith("/recurrent_kernel")]
-    if "decoder_cell" not in roles:
-        roles["decoder_cell"] = _one([c for c in cells if c.split("/")[0] == top], "decoder_cell", variables)
-    if "encoder" not in roles:
-        roles["encoder"] = _one([c for c in cells if c.split("/")[0] != top], "encoder", variables)
-    embeddings = [k[: -len("/embeddings")] for k in variables if k.endswith("/embeddings")]
-    if "target_embedding" not in roles:
-        roles["target_embedding"] = _one(
-            [e for e in embeddings if e.split("/")[0] == top], "target_embedding", variables
-        )
-    if "source_embedding" not in roles:
-        roles["source_embedding"] = _one(
-            [e for e in embeddings if e.split("/")[0] != top], "source_embedding", variables
-        )
-    if "output_layer" not in roles:
-        claimed = {roles[r] for r in ROLES if r in roles and roles[r]}
-        vocabulary = variables[roles["target_embedding"] + "/embeddings"].shape[0]
-        dense = [
-            k[: -len("/kernel")]
-            for k, v in variables.items()
-            if k.endswith("/kernel")
-            and k.split("/")[0] == top
-            and v.ndim == 2
-            and v.shape[1] == vocabulary
-            and not any(k.startswith(c + "/") for c in claimed)
-        ]
-        roles["output_layer"] = _one(dense, "output_layer", variables)
-    return roles
+MEMORY_SEQUENCE_LENGTHS = ("source", "full")
 
 
 def _get(variables, prefix, name):
@@ -146,6 +70,43 @@ def _get(variables, prefix, name):
             f"{sorted(k for k in variables if k.startswith(prefix + '/'))}."
         )
     return variables[key]
+
+
+def _masking(mask_zero, memory_sequence_length, mask_source_padding):
+    """(mask_zero, memory_sequence_length) from the arguments, the deprecated one mapped."""
+    if mask_source_padding is not None:
+        if mask_zero is not None or memory_sequence_length is not None:
+            raise ValueError(
+                "`mask_source_padding` is the deprecated shorthand of `mask_zero` and `memory_sequence_length`; "
+                f"give those only; got mask_source_padding={mask_source_padding!r} as well."
+            )
+        warnings.warn(
+            "import_tfa_seq2seq: `mask_source_padding` is deprecated; pass "
+            + (
+                "mask_zero=True, memory_sequence_length='source'"
+                if mask_source_padding
+                else "mask_zero=False, memory_sequence_length='full'"
+            )
+            + ", which it means.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return bool(mask_source_padding), "source" if mask_source_padding else "full"
+    if mask_zero is None or memory_sequence_length is None:
+        raise ValueError(
+            "import_tfa_seq2seq: say how the tfa model masked its source (a checkpoint does not record it): "
+            "`mask_zero` (True when its source Embedding had mask_zero=True, so the encoder skipped padding) and "
+            "`memory_sequence_length` ('source' when setup_memory was given the source's lengths, 'full' when it "
+            "was given none or the padded width, as the TensorFlow NMT tutorial does); "
+            f"got mask_zero={mask_zero!r}, memory_sequence_length={memory_sequence_length!r}."
+        )
+    if not isinstance(mask_zero, bool):
+        raise ValueError(f"`mask_zero` must be True or False; got {mask_zero!r}.")
+    if memory_sequence_length not in MEMORY_SEQUENCE_LENGTHS:
+        raise ValueError(
+            f"`memory_sequence_length` must be one of {list(MEMORY_SEQUENCE_LENGTHS)}; got {memory_sequence_length!r}."
+        )
+    return mask_zero, memory_sequence_length
 
 
 def import_tfa_seq2seq(
@@ -159,7 +120,9 @@ def import_tfa_seq2seq(
     length_penalty_weight=0.0,
     encoder=None,
     names=None,
-    mask_source_padding=True,
+    mask_zero=None,
+    memory_sequence_length=None,
+    mask_source_padding=None,
 ):
     """Build a tfa.seq2seq attention model with this library and load its trained weights.
 
@@ -167,8 +130,10 @@ def import_tfa_seq2seq(
         checkpoint: a TF checkpoint prefix (`tf.train.Checkpoint(...).write`),
             a directory with one, or a SavedModel directory.
         cell: "lstm" or "gru", the cell inside tfa's `AttentionWrapper`.
-        attention: "luong" (`LuongAttention`, scale=False) or "bahdanau"
-            (`BahdanauAttention`, normalize=False).
+        attention: "luong" (`LuongAttention`) or "bahdanau"
+            (`BahdanauAttention`), with or without `scale=True` /
+            `normalize=True` (read from the checkpoint). A checkpoint whose
+            mechanism is the other one is refused, naming the right value.
         start_token, end_token, max_length: decoding, as given to tfa's
             samplers and `maximum_iterations`.
         beam_width, length_penalty_weight: the beam decoder's.
@@ -177,10 +142,17 @@ def import_tfa_seq2seq(
         names: optional {role: checkpoint path}, for roles in `ROLES` whose
             weights the structure does not reveal (e.g.
             `{"output_layer": "decoder/fc"}`).
-        mask_source_padding: the source embedding masks id 0, so the
-            encoder skips padding and the attention ignores it (tfa's
-            `mask_zero=True` with `memory_sequence_length`); False attends
-            to every position, as a tfa model set up without lengths did.
+        mask_zero: required; the tfa source `Embedding`'s `mask_zero`.
+            True: the encoder skips the padding (id 0), as it did in tfa.
+        memory_sequence_length: required; what tfa's `setup_memory` was
+            given. "source": the source's lengths, so the attention ignores
+            the padding (id 0 at the end of a row); "full": no lengths, or
+            the padded width (the TensorFlow NMT tutorial's
+            `[max_length_input] * batch`), so it attends to every position.
+            The four combinations each import exactly.
+        mask_source_padding: deprecated; True is `mask_zero=True,
+            memory_sequence_length="source"`, False is `mask_zero=False,
+            memory_sequence_length="full"`.
 
     Returns:
         {"trainer": keras.Model([source, target_in]) -> logits,
@@ -189,16 +161,21 @@ def import_tfa_seq2seq(
 
     Raises:
         FileNotFoundError: no checkpoint at `checkpoint`.
-        ValueError: an unknown option, or a weight that cannot be found or
-            has another shape than the model needs (named, with what the
-            checkpoint holds).
+        ValueError: an unknown or missing option; a weight that cannot be
+            found (every role at once) or has another shape than the model
+            needs (named, with what the checkpoint holds); a mechanism other
+            than `attention`, or a tfa configuration this import does not
+            reproduce exactly (monotonic mechanisms, a list of mechanisms,
+            an attention layer of your own), named with what to do; an HDF5
+            file.
 
     Example:
 
     ```python
     models = import_tfa_seq2seq("tfa_run/ckpt-12", cell="lstm", attention="luong",
                                 start_token=1, end_token=2, max_length=40, beam_width=5,
-                                length_penalty_weight=0.6)
+                                length_penalty_weight=0.6, mask_zero=True,
+                                memory_sequence_length="source")
     models["beam"].save("translator.keras")
     ```
     """
@@ -213,33 +190,41 @@ def import_tfa_seq2seq(
     unknown = set(names) - set(ROLES)
     if unknown:
         raise ValueError(f"`names` has unknown roles {sorted(unknown)}; roles are {list(ROLES)}.")
+    mask_zero, memory_sequence_length = _masking(mask_zero, memory_sequence_length, mask_source_padding)
     if not isinstance(checkpoint, (str, os.PathLike)):
         raise ValueError(f"`checkpoint` must be a path; got {checkpoint!r}.")
     variables = read_tfa_checkpoint(checkpoint)
-    roles = _locate(variables, names)
+    roles = locate_roles(variables, names)
+    mechanism = roles["attention_mechanism"]
+    setting = describe_mechanism(variables, mechanism, attention)
+    attention_layer = describe_attention_layer(variables, roles)
 
     source_table = _get(variables, roles["source_embedding"], "embeddings")
     target_table = _get(variables, roles["target_embedding"], "embeddings")
     recurrent = _get(variables, roles["decoder_cell"], "recurrent_kernel")
     units = recurrent.shape[0]
     encoder_units = _get(variables, roles["encoder"], "recurrent_kernel").shape[0]
-    attention_layer = None if roles["attention_layer"] is None else _get(variables, roles["attention_layer"], "kernel")
-    mechanism = roles["attention_mechanism"]
     if attention == "luong":
         score = GeneralAttention(name="attention")
     else:
-        score = AdditiveAttention(_get(variables, mechanism, "attention_v").shape[0], name="attention")
+        units = _get(variables, mechanism, "attention_v").shape[0]
+        score = AdditiveAttention(units, normalize=setting["normalize"], name="attention")
 
     rnn_layer, cell_class = _CELLS[encoder][0], _CELLS[cell][1]
     source = keras.Input((None,), dtype="int32", name="source")
     target_in = keras.Input((None,), dtype="int32", name="target_in")
-    source_embedding = keras.layers.Embedding(
-        *source_table.shape, mask_zero=mask_source_padding, name="source_embedding"
-    )
+    source_embedding = keras.layers.Embedding(*source_table.shape, mask_zero=mask_zero, name="source_embedding")
     encoded = rnn_layer(encoder_units, return_sequences=True, return_state=True, name="encoder")(
         source_embedding(source)
     )
     memory, state = encoded[0], list(encoded[1:])
+    # Without an explicit mask the attention takes the encoder output's Keras
+    # mask, which is there exactly when the encoder was masked.
+    memory_mask = None
+    if memory_sequence_length == "source" and not mask_zero:
+        memory_mask = ops.not_equal(source, 0)
+    elif memory_sequence_length == "full" and mask_zero:
+        memory_mask = ops.ones_like(source, dtype="bool")
     wrapper = AttentionWrapper(
         cell_class(units, name="decoder_cell"),
         score,
@@ -250,7 +235,9 @@ def import_tfa_seq2seq(
     target_embedding = keras.layers.Embedding(*target_table.shape, name="target_embedding")
     output_kernel = _get(variables, roles["output_layer"], "kernel")
     readout = keras.layers.Dense(output_kernel.shape[1], name="readout")
-    decoded = AttentionDecoder(wrapper, name="decoder")(target_embedding(target_in), memory, initial_state=state)
+    decoded = AttentionDecoder(wrapper, name="decoder")(
+        target_embedding(target_in), memory, memory_mask=memory_mask, initial_state=state
+    )
     trainer = keras.Model([source, target_in], readout(decoded), name="tfa_trainer")
 
     def decoder_model(method):
@@ -265,7 +252,7 @@ def import_tfa_seq2seq(
             method=method,
             name=f"{method}_decoder",
             **(options if method == "beam" else {}),
-        )(memory, initial_state=state)
+        )(memory, memory_mask=memory_mask, initial_state=state)
         return keras.Model(source, outputs, name=f"tfa_{method}")
 
     models = {"trainer": trainer, "greedy": decoder_model("greedy"), "beam": decoder_model("beam")}
@@ -281,20 +268,17 @@ def import_tfa_seq2seq(
         assignments.append((weight, _get(variables, roles["encoder"], name), f"{roles['encoder']}/{name}"))
     for weight, name in zip(wrapper.cell.weights, ("kernel", "recurrent_kernel", "bias")):
         assignments.append((weight, _get(variables, roles["decoder_cell"], name), f"{roles['decoder_cell']}/{name}"))
+    memory_kernel = _get(variables, mechanism, "memory_layer/kernel")
     if attention == "luong":
-        assignments.append(
-            (
-                score.bilinear_kernel,
-                _get(variables, mechanism, "memory_layer/kernel"),
-                f"{mechanism}/memory_layer/kernel",
-            )
-        )
+        # tfa's scale=True score is g * q^T (W k): g folds into W exactly.
+        scale = _get(variables, mechanism, "attention_g") if setting["scale"] else 1.0
+        assignments.append((score.bilinear_kernel, scale * memory_kernel, f"{mechanism}/memory_layer/kernel"))
     else:
-        for weight, name in (
-            (score.query_kernel, "query_layer/kernel"),
-            (score.key_kernel, "memory_layer/kernel"),
-            (score.score_vector, "attention_v"),
-        ):
+        named = [(score.query_kernel, "query_layer/kernel"), (score.score_vector, "attention_v")]
+        if setting["normalize"]:
+            named += [(score.scale, "attention_g"), (score.bias, "attention_b")]
+        assignments.append((score.key_kernel, memory_kernel, f"{mechanism}/memory_layer/kernel"))
+        for weight, name in named:
             assignments.append((weight, _get(variables, mechanism, name), f"{mechanism}/{name}"))
     if attention_layer is not None:
         # tfa's rows are [cell output ; context], ours [context ; cell output].
@@ -306,7 +290,7 @@ def import_tfa_seq2seq(
                 f"tfa checkpoint: {where!r} has shape {tuple(value.shape)}, but the model needs "
                 f"{tuple(weight.shape)} for {weight.path!r} (is `cell`/`attention`/`encoder` the tfa model's?)."
             )
-        weight.assign(value.astype(weight.dtype))
+        weight.assign(np.asarray(value).astype(weight.dtype))
     return models
 
 
@@ -326,7 +310,8 @@ def _role(text):
 
 
 def main(argv=None):
-    """`keras-attention-import-tfa CHECKPOINT OUT_DIR --cell ... --attention ...`: `import_tfa_seq2seq`,
+    """`keras-attention-import-tfa CHECKPOINT OUT_DIR --cell ... --attention ... --mask-zero ...
+    --memory-sequence-length ...`: `import_tfa_seq2seq`,
     then OUT_DIR/trainer.keras, greedy.keras and beam.keras. Returns the exit status: 0, or 1 with
     one `error: ...` line on stderr (usage errors exit with 2)."""
     parser = _Parser(
@@ -347,7 +332,16 @@ def main(argv=None):
         "--name", action="append", type=_role, default=[], metavar="ROLE=PATH", help=f"one of {list(ROLES)}; repeatable"
     )
     parser.add_argument(
-        "--no-mask-source-padding", action="store_true", help="attend to id 0 too (tfa without lengths)"
+        "--mask-zero",
+        required=True,
+        choices=("true", "false"),
+        help="the tfa source Embedding's mask_zero (true: the encoder skipped padding, id 0)",
+    )
+    parser.add_argument(
+        "--memory-sequence-length",
+        required=True,
+        choices=MEMORY_SEQUENCE_LENGTHS,
+        help="what tfa's setup_memory was given: source (the source's lengths) or full (none, or the padded width)",
     )
     parser.add_argument("--force", action="store_true", help="replace .keras files already in OUT_DIR")
     args = parser.parse_args(argv)
@@ -368,7 +362,8 @@ def main(argv=None):
             length_penalty_weight=args.length_penalty_weight,
             encoder=args.encoder,
             names=dict(args.name),
-            mask_source_padding=not args.no_mask_source_padding,
+            mask_zero=args.mask_zero == "true",
+            memory_sequence_length=args.memory_sequence_length,
         )
         out_dir.mkdir(parents=True, exist_ok=True)
         for kind, path in paths.items():

@@ -16,19 +16,23 @@ from keras_attention.tfa_import import import_tfa_seq2seq, main, read_tfa_checkp
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tfa_seq2seq"
 VARIANTS = ["luong_lstm", "bahdanau_gru"]
+MASKED = dict(mask_zero=True, memory_sequence_length="source")  # how the first two fixtures masked
 
 
 def load(variant, **overrides):
     fixture = json.loads((FIXTURES / variant / "outputs.json").read_text())
-    sizes = fixture["sizes"]
+    sizes, kind = fixture["sizes"], fixture["variant"]
     options = dict(
-        cell=fixture["variant"]["cell"],
-        attention=fixture["variant"]["attention"],
+        cell=kind["cell"],
+        attention=kind["attention"],
         start_token=sizes["start_token"],
         end_token=sizes["end_token"],
         max_length=sizes["max_length"],
         beam_width=sizes["beam_width"],
         length_penalty_weight=sizes["length_penalty_weight"],
+        # The first two fixtures predate these keys: their encoder masked, their lengths the source's.
+        mask_zero=kind.get("mask_zero", True),
+        memory_sequence_length="full" if kind.get("memory_lengths", "source") != "source" else "source",
     )
     options.update(overrides)
     return fixture, import_tfa_seq2seq(FIXTURES / variant / "ckpt", **options)
@@ -102,16 +106,21 @@ def test_roles_can_be_named_and_wrong_options_are_named(tmp_path):
         ValueError, match=r"'encoder/rnn/cell/kernel' has shape \(8, 48\), but the model needs \(8, 64\)"
     ):
         load("bahdanau_gru", encoder="lstm")
-    with pytest.raises(ValueError, match=r"no variable 'decoder/attention_mechanism/attention_v'"):
+    # The mechanism the checkpoint holds is not the one asked for: named, with the right value.
+    with pytest.raises(
+        ValueError,
+        match=r"`attention`='bahdanau', but the mechanism at 'decoder/attention_mechanism' holds "
+        r"memory_layer/kernel: a tfa LuongAttention. Pass attention='luong' \(the command: --attention luong\)",
+    ):
         load("luong_lstm", attention="bahdanau")
-    with pytest.raises(ValueError, match=r"cannot tell which weights are the output_layer: found none"):
+    with pytest.raises(ValueError, match=r"cannot tell which weights play 1 role\(s\): output_layer: found none"):
         load("luong_lstm", names={"target_embedding": "encoder/embedding"})
     with pytest.raises(FileNotFoundError, match=r"no such checkpoint"):
-        import_tfa_seq2seq(tmp_path / "missing", "lstm", "luong", 1, 2, 5)
+        import_tfa_seq2seq(tmp_path / "missing", "lstm", "luong", 1, 2, 5, **MASKED)
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match=r"no checkpoint or SavedModel in this directory"):
-        import_tfa_seq2seq(empty, "lstm", "luong", 1, 2, 5)
+        import_tfa_seq2seq(empty, "lstm", "luong", 1, 2, 5, **MASKED)
     # A directory holding the checkpoint works as well as its prefix.
     copy = tmp_path / "run"
     shutil.copytree(FIXTURES / "luong_lstm", copy)
@@ -126,6 +135,7 @@ def _cli_args(variant, out_dir):
     args += ["--start-token", str(sizes["start_token"]), "--end-token", str(sizes["end_token"])]
     args += ["--max-length", str(sizes["max_length"]), "--beam-width", str(sizes["beam_width"])]
     args += ["--length-penalty-weight", str(sizes["length_penalty_weight"])]
+    args += ["--mask-zero", "true", "--memory-sequence-length", "source"]
     return fixture, args
 
 

@@ -1,0 +1,242 @@
+"""import_tfa_seq2seq on every tfa configuration it must import exactly or
+refuse (issue 34): BahdanauAttention(normalize=True), LuongAttention(scale=True),
+the four ways of masking the source, a mechanism other than `attention=`
+says, monotonic mechanisms, a subclassed single model, HDF5 weights. The
+checkpoints are models tfa 0.23 trained (tests/fixtures/tfa_seq2seq, with
+the script that made them); no test here imports tensorflow-addons."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from keras_attention.tfa_checkpoint import (
+    describe_attention_layer,
+    describe_mechanism,
+    locate_roles,
+    read_tfa_checkpoint,
+)
+from keras_attention.tfa_import import import_tfa_seq2seq, main
+from tests.test_tfa_import import FIXTURES, load
+from tests.test_tfa_import_beams import agrees_with_score
+
+# tfa setting -> fixture: each imports to tfa's logits, greedy ids and beam ids.
+EXACT = {
+    "BahdanauAttention(normalize=True)": "bahdanau_normalized_lstm",
+    "LuongAttention(scale=True)": "luong_scaled_gru",
+    "no mask_zero, full-width lengths (the NMT tutorial)": "tutorial_unmasked_full_lengths",
+    "no mask_zero, the source's lengths": "unmasked_encoder_source_lengths",
+    "mask_zero, no lengths": "masked_encoder_no_lengths",
+    "a subclassed single model, roles named": "subclassed_single_model",
+}
+# The subclassed model's checkpoint puts every layer under `model`.
+SINGLE_NAMES = {
+    "source_embedding": "model/source_embedding",
+    "encoder": "model/encoder_rnn/cell",
+    "target_embedding": "model/embedding",
+    "decoder_cell": "model/decoder_cell",
+    "output_layer": "model/fc",
+}
+
+
+def load_variant(variant, **overrides):
+    if variant == "subclassed_single_model":
+        overrides.setdefault("names", SINGLE_NAMES)
+    return load(variant, **overrides)
+
+
+def logits_of(fixture, models):
+    source, target_in = (np.asarray(fixture[k], "int32") for k in ("source", "target_in"))
+    return models["trainer"].predict([source, target_in], verbose=0)
+
+
+@pytest.fixture(scope="module", params=list(EXACT.values()), ids=list(EXACT))
+def imported(request):
+    return load_variant(request.param)
+
+
+def test_the_configuration_imports_to_tfas_logits_greedy_and_beam_ids(imported):
+    fixture, models = imported
+    want = np.asarray(fixture["logits"])
+    assert np.abs(want).max() > 1.0  # trained weights, not a near-zero output
+    # Folding LuongAttention's g into the kernel rounds once more: rtol covers it.
+    np.testing.assert_allclose(logits_of(fixture, models), want, atol=1e-5, rtol=1e-6)
+    source = np.asarray(fixture["source"], "int32")
+    greedy = models["greedy"].predict(source, verbose=0)
+    np.testing.assert_array_equal(greedy["lengths"], fixture["greedy_lengths"])
+    for row, want_row, length in zip(greedy["ids"], fixture["greedy_ids"], fixture["greedy_lengths"]):
+        np.testing.assert_array_equal(row[:length], want_row[:length])
+    beam = models["beam"].predict(source, verbose=0)
+    np.testing.assert_array_equal(beam["lengths"], fixture["beam_lengths"])
+    np.testing.assert_allclose(beam["scores"], fixture["beam_scores"], atol=1e-5)
+    # tfa's predicted_ids can disagree with its own scores (test_tfa_import_beams):
+    # ours are tfa's on every beam whose ids are its score's hypothesis.
+    tfa_ids, tfa_lengths = np.asarray(fixture["beam_ids"]), np.asarray(fixture["beam_lengths"])
+    tfa_agrees = agrees_with_score(models["trainer"], source, tfa_ids, tfa_lengths, np.asarray(fixture["beam_scores"]))
+    assert tfa_agrees[:, 0].all()
+    for b, k in zip(*np.nonzero(tfa_agrees)):
+        np.testing.assert_array_equal(beam["ids"][b, k, : tfa_lengths[b, k]], tfa_ids[b, k, : tfa_lengths[b, k]])
+
+
+def test_the_normalized_and_scaled_weights_are_read_not_ignored():
+    """Issue 34, item 1: attention_g and attention_b were ignored (logits off by about 5)."""
+    variables = read_tfa_checkpoint(FIXTURES / "bahdanau_normalized_lstm" / "ckpt")
+    _, models = load_variant("bahdanau_normalized_lstm")
+    score = models["trainer"].get_layer("decoder").cell.attention
+    assert score.normalize
+    g, b = (variables[f"decoder/attention_mechanism/attention_{name}"] for name in ("g", "b"))
+    assert abs(float(g) - np.sqrt(1.0 / score.units)) > 0.1 and np.abs(b).max() > 0.1  # trained, not initial
+    np.testing.assert_array_equal(score.scale.numpy(), g)
+    np.testing.assert_array_equal(score.bias.numpy(), b)
+    # LuongAttention's g multiplies the score k^T W q: it is folded into W.
+    variables = read_tfa_checkpoint(FIXTURES / "luong_scaled_gru" / "ckpt")
+    _, models = load_variant("luong_scaled_gru")
+    g = float(variables["decoder/attention_mechanism/attention_g"])
+    assert abs(g - 1.0) > 0.1  # trained away from its initial 1
+    kernel = models["trainer"].get_layer("decoder").cell.attention.bilinear_kernel.numpy()
+    np.testing.assert_allclose(kernel, g * variables["decoder/attention_mechanism/memory_layer/kernel"], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "variant, right",
+    [
+        ("tutorial_unmasked_full_lengths", dict(mask_zero=False, memory_sequence_length="full")),
+        ("unmasked_encoder_source_lengths", dict(mask_zero=False, memory_sequence_length="source")),
+        ("masked_encoder_no_lengths", dict(mask_zero=True, memory_sequence_length="full")),
+        ("luong_lstm", dict(mask_zero=True, memory_sequence_length="source")),
+    ],
+)
+def test_each_way_of_masking_needs_its_own_options(variant, right):
+    """Issue 34, item 3: the fixtures tell the four settings apart; only the right one gives tfa's logits."""
+    fixture = json.loads((FIXTURES / variant / "outputs.json").read_text())
+    want = np.asarray(fixture["logits"])
+    for mask_zero in (True, False):
+        for lengths in ("source", "full"):
+            _, models = load_variant(variant, mask_zero=mask_zero, memory_sequence_length=lengths)
+            error = np.abs(logits_of(fixture, models) - want).max()
+            if (mask_zero, lengths) == (right["mask_zero"], right["memory_sequence_length"]):
+                assert error < 2e-5
+            else:
+                assert error > 0.05, (mask_zero, lengths)
+
+
+def test_the_masking_must_be_stated_and_the_old_shorthand_still_maps():
+    with pytest.raises(ValueError, match=r"say how the tfa model masked its source .* got mask_zero=None"):
+        load_variant("luong_lstm", mask_zero=None, memory_sequence_length=None)
+    with pytest.raises(ValueError, match=r"`memory_sequence_length` must be one of \['source', 'full'\]; got 'all'"):
+        load_variant("luong_lstm", memory_sequence_length="all")
+    with pytest.raises(ValueError, match=r"`mask_zero` must be True or False; got 1"):
+        load_variant("luong_lstm", mask_zero=1)
+    with pytest.raises(ValueError, match=r"deprecated shorthand .* got mask_source_padding=True as well"):
+        load_variant("luong_lstm", mask_source_padding=True)
+    fixture = json.loads((FIXTURES / "tutorial_unmasked_full_lengths" / "outputs.json").read_text())
+    with pytest.warns(DeprecationWarning, match=r"pass mask_zero=False, memory_sequence_length='full'"):
+        _, models = load_variant(
+            "tutorial_unmasked_full_lengths", mask_zero=None, memory_sequence_length=None, mask_source_padding=False
+        )
+    np.testing.assert_allclose(logits_of(fixture, models), fixture["logits"], atol=1e-5)
+
+
+def test_another_mechanism_than_attention_says_is_refused_naming_the_right_one():
+    """Issue 34, item 2: a Bahdanau checkpoint read as Luong imported silently, logits off by 20."""
+    with pytest.raises(
+        ValueError,
+        match=r"`attention`='luong', but the mechanism at 'decoder/attention_mechanism' holds attention_v, "
+        r"memory_layer/kernel, query_layer/kernel: a tfa BahdanauAttention. Pass attention='bahdanau'",
+    ):
+        load_variant("bahdanau_gru", attention="luong")
+    with pytest.raises(ValueError, match=r"holds attention_b, attention_g, attention_v, .*Pass attention='bahdanau'"):
+        load_variant("bahdanau_normalized_lstm", attention="luong")
+    with pytest.raises(ValueError, match=r"holds attention_g, memory_layer/kernel: a tfa LuongAttention"):
+        load_variant("luong_scaled_gru", attention="bahdanau")
+
+
+def test_a_monotonic_mechanism_is_refused_with_the_way_out():
+    with pytest.raises(
+        ValueError,
+        match=r"holds attention_score_bias .*: a tfa BahdanauMonotonicAttention, which import_tfa_seq2seq does not "
+        r"import. Port it by hand to keras_attention.BahdanauMonotonicAttention",
+    ):
+        load_variant("bahdanau_monotonic_gru", attention="bahdanau")
+
+
+def test_a_subclassed_single_model_names_every_missing_role_in_one_error():
+    """Issue 34, item 4: one run, one error, every role it cannot tell with its candidates
+    (the read-out it finds: the only kernel onto the target vocabulary)."""
+    with pytest.raises(ValueError) as error:
+        load_variant("subclassed_single_model", names={})
+    message = str(error.value)
+    assert "cannot tell which weights play 4 role(s)" in message
+    assert "decoder_cell: found several (model/decoder_cell, model/encoder_rnn/cell)" in message
+    assert "encoder: found none (candidates: model/decoder_cell, model/encoder_rnn/cell)" in message
+    assert "target_embedding: found several (model/embedding, model/source_embedding)" in message
+    assert "source_embedding: found none (candidates: model/embedding, model/source_embedding)" in message
+    wanted = "{'decoder_cell': 'path/in/checkpoint', 'encoder': 'path/in/checkpoint', "
+    wanted += "'target_embedding': 'path/in/checkpoint', 'source_embedding': 'path/in/checkpoint'}"
+    assert f"Pass them all in one go: names={wanted} (the command: --name ROLE=PATH for each)" in message
+    # Naming some roles leaves only the others in the error.
+    with pytest.raises(ValueError, match=r"play 2 role\(s\): decoder_cell: found several .*; encoder: found none"):
+        load_variant("subclassed_single_model", names={k: SINGLE_NAMES[k] for k in SINGLE_NAMES if "embedding" in k})
+
+
+def test_hdf5_weights_are_refused_with_what_to_do(tmp_path, capsys):
+    """Issue 34, item 5: an .h5 file that exists was 'no such checkpoint'."""
+    h5 = FIXTURES / "subclassed_single_model" / "weights.h5"
+    with pytest.raises(
+        ValueError, match=r"is an HDF5 file .*HDF5 is not supported.*tf.train.Checkpoint\(model=model\)"
+    ):
+        import_tfa_seq2seq(h5, "lstm", "luong", 1, 2, 5, mask_zero=True, memory_sequence_length="source")
+    renamed = tmp_path / "weights.bin"  # known by its signature, whatever its name
+    renamed.write_bytes(h5.read_bytes())
+    with pytest.raises(ValueError, match=r"is an HDF5 file"):
+        import_tfa_seq2seq(renamed, "lstm", "luong", 1, 2, 5, mask_zero=True, memory_sequence_length="source")
+    other = tmp_path / "notes.txt"
+    other.write_text("not weights")
+    with pytest.raises(ValueError, match=r"is a file but not a TensorFlow checkpoint"):
+        import_tfa_seq2seq(other, "lstm", "luong", 1, 2, 5, mask_zero=True, memory_sequence_length="source")
+    args = [str(h5), str(tmp_path / "out"), "--cell", "lstm", "--attention", "luong", "--mask-zero", "true"]
+    args += ["--memory-sequence-length", "source", "--start-token", "1", "--end-token", "2", "--max-length", "5"]
+    assert main(args) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "HDF5 is not supported" in errors[0]
+
+
+def test_one_of_the_checkpoint_files_reads_as_its_prefix():
+    prefix = FIXTURES / "luong_lstm" / "ckpt"
+    want = read_tfa_checkpoint(prefix)
+    for name in ("ckpt.index", "ckpt.data-00000-of-00001"):
+        got = read_tfa_checkpoint(FIXTURES / "luong_lstm" / name)
+        assert set(got) == set(want)
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_layouts_it_does_not_reproduce_are_refused_naming_the_tfa_setting():
+    """Configurations the fixtures do not hold, as variable dicts."""
+    kernel = np.zeros((4, 4), "float32")
+    mechanism = {"d/m/memory_layer/kernel": kernel}
+    with pytest.raises(ValueError, match=r"holds memory_layer/bias, memory_layer/kernel, which is neither a tfa"):
+        describe_mechanism({**mechanism, "d/m/memory_layer/bias": kernel[0]}, "d/m", "luong")
+    layer = {"attention_layer": "d/cell/_attention_layers/0"}
+    with pytest.raises(
+        ValueError, match=r"also holds d/cell/_attention_layers/0/bias: an `attention_layer=` of your own"
+    ):
+        describe_attention_layer(
+            {"d/cell/_attention_layers/0/kernel": kernel, "d/cell/_attention_layers/0/bias": kernel[0]}, layer
+        )
+    two = {f"d/cell/_attention_layers/{i}/kernel": kernel for i in range(2)}
+    with pytest.raises(ValueError, match=r"several attention layers .*a list of attention mechanisms"):
+        describe_attention_layer(two, {"attention_layer": None})
+    with pytest.raises(
+        ValueError,
+        match=r"attention_mechanism: found several \(d/a, d/b\): an AttentionWrapper given "
+        r"a list of mechanisms, which has no equivalent here",
+    ):
+        locate_roles({"d/a/memory_layer/kernel": kernel, "d/b/memory_layer/kernel": kernel}, {})
+
+
+def test_no_warning_when_the_options_are_given():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        load_variant("luong_lstm")
