@@ -111,7 +111,7 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
         assert heading in markdown
 
 
-def test_readme_benchmark_block_is_generated_from_the_committed_results(monkeypatch):
+def test_the_benchmarks_page_block_is_generated_from_the_committed_results(monkeypatch):
     # Loaded by path under its own name: examples/g2p has a `report` module too.
     benchmarks = os.path.join(ROOT, "benchmarks")
     monkeypatch.syspath_prepend(benchmarks)  # the sections' modules render their tables
@@ -120,8 +120,8 @@ def test_readme_benchmark_block_is_generated_from_the_committed_results(monkeypa
     spec.loader.exec_module(report)
     with open(os.path.join(benchmarks, "results.json"), encoding="utf-8") as f:
         results = json.load(f)
-    with open(report.README, encoding="utf-8") as f:
-        readme = f.read()
-    assert report.updated_readme(readme, results) == readme, "run python benchmarks/report.py"
+    with open(report.PAGE, encoding="utf-8") as f:
+        page = f.read()
+    assert report.updated_page(page, results) == page, "run python benchmarks/report.py"
     with open(os.path.join(benchmarks, "results.md"), encoding="utf-8") as f:
         assert report.markdown(results) == f.read(), "run python benchmarks/report.py"
