@@ -90,6 +90,19 @@ def test_every_public_name_is_in_the_api_reference(site):
     assert [n for n in keras_attention.__all__ if f"`ka.{n}`" not in index] == []
 
 
+def test_the_readme_links_reach_pages_and_anchors_of_the_site(site):
+    """mkdocs checks the links inside docs/; the README's into it are checked here."""
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(docs/([\w/.-]+)\.md(?:#([\w-]+))?\)", readme)
+    assert len(links) > 20
+    broken = []
+    for page, anchor in links:
+        html = site / (page[: -len("index")] if page.endswith("index") else page + "/") / "index.html"
+        if not html.exists() or (anchor and f'id="{anchor}"' not in html.read_text()):
+            broken.append(f"docs/{page}.md" + (f"#{anchor}" if anchor else ""))
+    assert not broken, f"README.md links to what the site does not have: {broken}"
+
+
 @contextlib.contextmanager
 def _served(folder):
     """`python -m http.server` on a free port of 127.0.0.1 (search needs http)."""
