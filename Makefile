@@ -108,4 +108,4 @@ bench: $(VENV)/.installed-dev
 	PYTHON=$(PYTHON) $(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-jax .venv-torch demo_output runs .pytest_cache
+	rm -rf $(VENV) .venv-jax .venv-torch demo_output runs .pytest_cache build
