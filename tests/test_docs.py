@@ -142,3 +142,20 @@ def test_readme_headline_results_are_the_results_files():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("<!-- headline-results:begin -->\n")[1].split("\n<!-- headline-results:end -->")[0]
     assert block == _headline_results()
+
+
+def test_every_mechanism_has_its_section_and_every_decoder_its_row():
+    layers_page = (ROOT / "docs" / "layers.md").read_text()
+    headings = "\n".join(re.findall(r"^### .*$", layers_page, re.M))
+    mechanisms = set(keras_attention.layers.__all__) - {"AttentionLayer", "BaseAttention"}
+    assert {name for name in mechanisms if name not in headings and f"`{name}(" not in headings} <= {
+        "BahdanauMonotonicAttention",
+        "LuongMonotonicAttention",  # one section, "Monotonic attention", holds both
+    }
+    assert "`BahdanauMonotonicAttention(units, ...)` and `LuongMonotonicAttention(...)`" in layers_page
+    decoders_page = (ROOT / "docs" / "decoders.md").read_text()
+    rows = "\n".join(line for line in decoders_page.splitlines() if line.startswith("| `"))
+    # The cells' base class and its memory holder are the API reference's alone.
+    cells = set(keras_attention.cells.__all__) - {"AttentionCell", "AttentionMemory"}
+    decoders = {n for n in keras_attention.decoders.__all__ if inspect.isclass(getattr(keras_attention.decoders, n))}
+    assert {name for name in cells | decoders if f"`{name}(" not in rows} == set()
