@@ -37,6 +37,7 @@ class Chromium:
             "--disable-gpu",
             "--no-first-run",
             "--no-default-browser-check",
+            "--disable-dev-shm-usage",  # containers often have a small /dev/shm
             f"--window-size={width},{height}",
         ]
         if os.geteuid() == 0:  # CI runs as root, where Chromium's sandbox refuses to start
