@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= auto
 PYTEST := -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
-.PHONY: demo test test-jax test-torch lint tour bench g2p g2p-large gpu-check venv clean
+.PHONY: demo test test-jax test-torch lint docs chromium tour bench g2p g2p-large gpu-check venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,17 @@ test-torch: .venv-torch/.installed
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The documentation site (mkdocs.yml) into build/site: --strict fails on any
+# warning, broken link or unknown anchor. Also installs Debian's Chromium
+# (as root, as CI runs), which tests/test_docs_site.py opens the site in.
+docs: $(VENV)/.installed-dev chromium
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+chromium:
+	@command -v chromium >/dev/null || { \
+	    if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+	    else echo "note: no chromium; tests/test_docs_site.py skips its browser checks (sudo apt-get install chromium)"; fi; }
 
 # The main job: train the date translator, evaluate it (greedy and beam),
 # plot its attention, export it to SavedModel and ONNX with a parity report
@@ -107,4 +118,4 @@ gpu-check:
 	$(PYTHON) -m tools.gpu_check $(GPU_CHECK_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-jax .venv-torch demo_output runs .pytest_cache
+	rm -rf $(VENV) .venv-jax .venv-torch demo_output runs .pytest_cache build

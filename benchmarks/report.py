@@ -1,6 +1,6 @@
-"""benchmarks/results.json -> benchmarks/results.md, and the README's benchmark block.
+"""benchmarks/results.json -> benchmarks/results.md, and the benchmark block of docs/benchmarks.md.
 
-python -m benchmarks.report          # rewrite results.md and README.md's block from results.json
+python -m benchmarks.report          # rewrite results.md and the page's block from results.json
 python -m benchmarks.report --check  # exit 1 if either is out of date
 """
 
@@ -12,7 +12,7 @@ import sys
 from tools.readme_block import replace_block
 
 HERE = pathlib.Path(__file__).resolve().parent
-README = HERE.parent / "README.md"
+PAGE = HERE.parent / "docs" / "benchmarks.md"
 
 BEGIN, END = "<!-- bench-results:begin -->", "<!-- bench-results:end -->"
 
@@ -488,8 +488,8 @@ def _render(results):
     return out, header_end, summary
 
 
-def readme_block(results):
-    """The README's benchmark block: the targets table, the serving throughput table, then the
+def page_block(results):
+    """The page's benchmark block: the targets table, the serving throughput table, then the
     across-backends tables."""
     _, _, summary = _render(results)
     lines = [targets_table(summary), ""]
@@ -513,18 +513,18 @@ def readme_block(results):
     return "\n".join(lines).rstrip()
 
 
-def updated_readme(text, results):
-    return replace_block(text, BEGIN, END, readme_block(results), README)
+def updated_page(text, results):
+    return replace_block(text, BEGIN, END, page_block(results), PAGE.name)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only check that results.md and README.md are up to date")
+    parser.add_argument("--check", action="store_true", help="only check that results.md and the page are up to date")
     args = parser.parse_args(argv)
     results = json.loads((HERE / "results.json").read_text(encoding="utf-8"))
     files = {
         HERE / "results.md": markdown(results),
-        README: updated_readme(README.read_text(encoding="utf-8"), results),
+        PAGE: updated_page(PAGE.read_text(encoding="utf-8"), results),
     }
     stale = [path.name for path, text in files.items() if path.read_text(encoding="utf-8") != text]
     if args.check:

@@ -1,4 +1,4 @@
-"""The README's backend table (tools/backend_table.py): generated from the
+"""The backend table of docs/backends.md (tools/backend_table.py): generated from the
 committed results/backends.json, its tests counted by area and outcome."""
 
 import json
@@ -16,7 +16,7 @@ def table():
     return backend_table
 
 
-def test_readme_block_is_generated_from_the_committed_results(table):
+def test_the_page_block_is_generated_from_the_committed_results(table):
     assert table.main(["--check"]) == 0, "run python -m tools.backend_table --report"
 
 
@@ -85,7 +85,7 @@ def test_junit_reports_are_counted_by_outcome_and_skip_reason(table, tmp_path):
     assert areas["score layers"]["skip_reasons"] == {"float64: JAX runs without x64": 2}
     assert areas["export"]["failed"] == 1 and areas["decoder cells"]["passed"] == 1
     assert modules["test_layer_discipline.py"]["skipped"] == 2
-    row = table.readme_block(
+    row = table.page_block(
         {
             "date": "today",
             "modules": ["test_cells.py"],

@@ -110,14 +110,14 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
         assert heading in markdown
 
 
-def test_readme_benchmark_block_is_generated_from_the_committed_results():
+def test_the_benchmarks_page_block_is_generated_from_the_committed_results():
     from benchmarks import report
 
     benchmarks = os.path.join(ROOT, "benchmarks")
     with open(os.path.join(benchmarks, "results.json"), encoding="utf-8") as f:
         results = json.load(f)
-    with open(report.README, encoding="utf-8") as f:
-        readme = f.read()
-    assert report.updated_readme(readme, results) == readme, "run python -m benchmarks.report"
+    with open(report.PAGE, encoding="utf-8") as f:
+        page = f.read()
+    assert report.updated_page(page, results) == page, "run python -m benchmarks.report"
     with open(os.path.join(benchmarks, "results.md"), encoding="utf-8") as f:
         assert report.markdown(results) == f.read(), "run python -m benchmarks.report"

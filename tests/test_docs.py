@@ -1,6 +1,8 @@
-"""The documentation's code runs: README blocks and every public class's example."""
+"""The documentation's code runs: README and docs/ blocks and every public class's example;
+the README stays a front page whose headline numbers are the results files'."""
 
 import inspect
+import json
 import re
 from pathlib import Path
 
@@ -62,10 +64,98 @@ def test_function_examples_run(function):
     )
 
 
+# The pages whose ```python blocks run here; the migration guide's run in
+# tests/test_migration_guide.py, which checks what they compute. A block whose
+# line before reads `<!-- not run: REASON -->` is shown, not run.
+PAGES = sorted(path for path in (ROOT / "docs").rglob("*.md") if path.name != "migrating_from_tfa.md")
+NOT_RUN = re.compile(r"<!-- not run: (.+?) -->\n```python\n", re.S)
+README_LINES_AT_MOST = 250
+
+
+def _runnable_blocks(text):
+    """The page's ```python blocks, less those marked not to run (each with its reason)."""
+    skipped = [block for block in re.findall(r"<!-- not run: .+? -->\n```python\n(.*?)```", text, re.S)]
+    assert len(skipped) == len(NOT_RUN.findall(text)), "a `not run` mark needs a reason"
+    return [block for block in _python_blocks(text) if block not in skipped]
+
+
 def test_readme_examples_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     blocks = [b for b in _python_blocks((ROOT / "README.md").read_text()) if "import keras_attention" in b]
     assert blocks
     for block in blocks:
-        exec(compile(block, "<README>", "exec"), {})
-    assert (tmp_path / "model.keras").exists() and (tmp_path / "model.onnx").exists()
+        namespace = {}
+        exec(compile(block, "<README>", "exec"), namespace)
+    # The train-decode-export example: beams decoded, an export checked against Keras.
+    assert namespace["translator"].predict(namespace["ids"][:2], verbose=0)["ids"].shape == (2, 3, 8)
+    assert namespace["report"].ok and (tmp_path / "export" / "report.json").exists()
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if _runnable_blocks(p.read_text())], ids=lambda p: p.name)
+def test_page_examples_run(page, tmp_path, monkeypatch):
+    """A page's blocks run in order in one namespace (a later block may use an
+    earlier one's names); a block the README already runs is not run twice."""
+    monkeypatch.chdir(tmp_path)
+    readme_blocks = set(_python_blocks((ROOT / "README.md").read_text()))
+    namespace = {}
+    for block in _runnable_blocks(page.read_text()):
+        if block not in readme_blocks:
+            exec(compile(block, f"<{page.relative_to(ROOT)}>", "exec"), namespace)
+
+
+def test_readme_is_a_front_page():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_LINES_AT_MOST, f"README.md has {len(lines)} lines; the details belong in docs/"
+    # Every layer and decoder class is on the front page's catalogue, linked to its page.
+    classes = {name for name in keras_attention.__all__ if inspect.isclass(getattr(keras_attention, name))}
+    catalogue = {line[len("- [`") :].split("`")[0] for line in lines if line.startswith("- [`")}
+    assert classes - catalogue <= {"AttentionLayer", "BaseAttention", "SequenceLoss"}  # one line per class
+
+
+def _headline_results():
+    """The README's headline results, from the committed results files."""
+    read = lambda name: json.loads((ROOT / "results" / name).read_text())  # noqa: E731
+    cmudict, sigmorphon, pointer = (
+        read("g2p_cmudict.json"),
+        read("g2p_sigmorphon2021.json"),
+        read("pointer_networks.json"),
+    )
+    ours, peer = cmudict["ours"], cmudict["phonetisaurus"]
+    hulls = {n: pointer["tasks"][f"hull{n}"]["test"][f"n{n}"]["beam"]["sequence_accuracy"] for n in (5, 10)}
+    medium = set(sigmorphon["languages"]) - {"eng_us"}  # eng_us is scored apart
+    paper = {n: pointer["paper_hull_accuracy"][f"n{n}"]["Ptr-Net (trained n=5..50)"] for n in (5, 10)}
+    return "\n".join(
+        [
+            f"- Grapheme-to-phoneme on CMUdict: test WER **{ours['wer']:.2f}%**, PER **{ours['per']:.2f}%**, "
+            f"against Phonetisaurus's {peer['wer']:.2f}% / {peer['per']:.2f}% on the same split in the same run "
+            f"({ours['train_seconds'] / 60:.0f} minutes of training).",
+            f"- SIGMORPHON 2021 task 1, medium languages: macro test WER **{sigmorphon['macro_test_wer']:.2f}** "
+            f"against the published baseline's {sigmorphon['baseline_macro_test_wer']:.2f}, better on "
+            f"{sigmorphon['better_than_baseline']} of the {len(medium)} languages.",
+            f"- Pointer networks, convex hulls: **{hulls[5]:.1%}** exact for n = 5 and **{hulls[10]:.1%}** for "
+            f"n = 10 (beam {pointer['beam_width']}), against the paper's {paper[5]:.1%} and {paper[10]:.1%}.",
+        ]
+    )
+
+
+def test_readme_headline_results_are_the_results_files():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- headline-results:begin -->\n")[1].split("\n<!-- headline-results:end -->")[0]
+    assert block == _headline_results()
+
+
+def test_every_mechanism_has_its_section_and_every_decoder_its_row():
+    layers_page = (ROOT / "docs" / "layers.md").read_text()
+    headings = "\n".join(re.findall(r"^### .*$", layers_page, re.M))
+    mechanisms = set(keras_attention.layers.__all__) - {"AttentionLayer", "BaseAttention"}
+    assert {name for name in mechanisms if name not in headings and f"`{name}(" not in headings} <= {
+        "BahdanauMonotonicAttention",
+        "LuongMonotonicAttention",  # one section, "Monotonic attention", holds both
+    }
+    assert "`BahdanauMonotonicAttention(units, ...)` and `LuongMonotonicAttention(...)`" in layers_page
+    decoders_page = (ROOT / "docs" / "decoders.md").read_text()
+    rows = "\n".join(line for line in decoders_page.splitlines() if line.startswith("| `"))
+    # The cells' base class and its memory holder are the API reference's alone.
+    cells = set(keras_attention.cells.__all__) - {"AttentionCell", "AttentionMemory"}
+    decoders = {n for n in keras_attention.decoders.__all__ if inspect.isclass(getattr(keras_attention.decoders, n))}
+    assert {name for name in cells | decoders if f"`{name}(" not in rows} == set()

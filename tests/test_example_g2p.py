@@ -233,10 +233,10 @@ def test_sigmorphon_files_are_shipped_with_their_attribution():
     assert "CC BY-SA 3.0" in readme and "WikiPron" in readme
 
 
-def test_readme_results_are_generated_from_the_committed_results_files():
+def test_the_results_page_is_generated_from_the_committed_results_files():
     report = examples.load("g2p.report")
-    readme = report.README.read_text(encoding="utf-8")
-    assert report.updated_readme(readme) == readme, "run python -m examples.g2p.report"
+    page = report.PAGE.read_text(encoding="utf-8")
+    assert report.updated_page(page) == page, "run python -m examples.g2p.report"
 
 
 def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smoke, tmp_path):

@@ -127,9 +127,9 @@ def test_only_the_tasks_asked_for_run(tmp_path):
     assert sorted(Path(p).name for p in results["plots"]) == ["hull_pointers.png", "hulls.png"]
 
 
-def test_the_readme_row_is_generated_from_the_committed_results():
+def test_the_results_page_row_is_generated_from_the_committed_results():
     results = json.loads((examples.ROOT / "results" / "pointer_networks.json").read_text())
-    assert example.readme_row(results) in (examples.ROOT / "README.md").read_text()
+    assert example.readme_row(results) in (examples.ROOT / "docs" / "results.md").read_text()
 
 
 def test_smoke_models_export_with_exact_pointers(smoke, tmp_path):
@@ -173,6 +173,6 @@ def test_ablation_refuses_a_budget_of_nothing():
     assert completed.returncode == 2 and "--minutes must be > 0; got 0.0" in completed.stderr
 
 
-def test_the_readme_ablation_table_is_generated_from_the_committed_results():
+def test_the_results_page_ablation_table_is_generated_from_the_committed_results():
     results = json.loads((examples.ROOT / "results" / "pointer_ablation.json").read_text())
-    assert ablation.table(results) in (examples.ROOT / "README.md").read_text()
+    assert ablation.table(results) in (examples.ROOT / "docs" / "results.md").read_text()

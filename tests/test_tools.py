@@ -18,7 +18,7 @@ def load_tool(name):
 
 
 def test_the_export_coverage_table_uses_every_public_layer():
-    """The README says the table covers every public layer and decoder: the
+    """docs/export.md says the table covers every public layer and decoder: the
     models it exports hold one of each (the export itself is `export_model`'s,
     tested in test_export.py)."""
     tool = load_tool("export_coverage_table")

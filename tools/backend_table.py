@@ -1,12 +1,12 @@
 """What works on each backend, measured by the test suite: results/backends.json
-and the README's backend table.
+and the backend table of docs/backends.md.
 
     python -m tools.backend_table            # run the suite's backend-neutral modules on
                                              # TensorFlow, JAX and PyTorch; write the
-                                             # results file and the README block
+                                             # results file and the page's block
     python -m tools.backend_table --backends jax      # rerun one backend, keep the others
-    python -m tools.backend_table --report   # rewrite the README block from the results file
-    python -m tools.backend_table --check    # exit 1 if the README block is out of date
+    python -m tools.backend_table --report   # rewrite the page's block from the results file
+    python -m tools.backend_table --check    # exit 1 if the page's block is out of date
 
 The backend-neutral modules are read from tests/: those with the line
 `pytestmark = pytest.mark.any_backend` (tests/conftest.py's ANY_BACKEND),
@@ -38,7 +38,7 @@ import xml.etree.ElementTree as ET
 from tools.readme_block import replace_block
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "backends.md"
 RESULTS = ROOT / "results" / "backends.json"
 TESTS = ROOT / "tests"
 
@@ -75,7 +75,7 @@ TENSORFLOW_ONLY = {
     "export": (
         "ONNX export of the decode loops (the loop inside the graph) needs TensorFlow: tf2onnx converts "
         "its while loop; the other backends export less, and `export_model` refuses what they cannot "
-        "with an error that names the way out (the README's Export section has the matrix)"
+        "with an error that names the way out (docs/export.md has the matrix)"
     ),
 }
 
@@ -222,7 +222,7 @@ def _package(backend):
     return {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}[backend]
 
 
-# -- the README block ----------------------------------------------------------
+# -- the page's block ----------------------------------------------------------
 
 
 def _cell(area, bold=False):
@@ -266,7 +266,7 @@ def _short(reason):
     return reason if len(reason) <= 90 else reason[:87] + "..."
 
 
-def readme_block(results):
+def page_block(results):
     sections = {b: s for b, s in results["backends"].items() if "skipped" not in s}
     names = [a for a, _ in AREAS] + [OTHER]
     present = [n for n in names if any(n in s["areas"] for s in sections.values())]
@@ -298,14 +298,14 @@ def readme_block(results):
     return "\n".join(lines)
 
 
-def updated_readme(text, results):
-    return replace_block(text, BEGIN, END, readme_block(results), README.name)
+def updated_page(text, results):
+    return replace_block(text, BEGIN, END, page_block(results), PAGE.name)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md's block is out of date")
-    parser.add_argument("--report", action="store_true", help="only rewrite README.md's block from the results file")
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/backends.md's block is out of date")
+    parser.add_argument("--report", action="store_true", help="only rewrite the page's block from the results file")
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset to (re)run")
     parser.add_argument("--results", default=str(RESULTS), help="the results file (default results/backends.json)")
     parser.add_argument("--parallel", action="store_true", help="run the backends at the same time")
@@ -317,19 +317,19 @@ def main(argv=None):
     path = pathlib.Path(args.results)
     if args.check or args.report:
         results = json.loads(path.read_text(encoding="utf-8"))
-        text = README.read_text(encoding="utf-8")
-        new = updated_readme(text, results)
+        text = PAGE.read_text(encoding="utf-8")
+        new = updated_page(text, results)
         if args.check:
             if new != text:
                 print(
-                    f"error: README.md's backend table is out of date with {path}; run "
+                    f"error: docs/backends.md's backend table is out of date with {path}; run "
                     "python -m tools.backend_table --report",
                     file=sys.stderr,
                 )
                 return 1
             return 0
-        README.write_text(new, encoding="utf-8")
-        print("updated README.md's backend table" if new != text else "README.md's backend table is up to date")
+        PAGE.write_text(new, encoding="utf-8")
+        print("updated docs/backends.md's table" if new != text else "docs/backends.md's table is up to date")
         return 0
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = sorted(set(backends) - set(BACKENDS))
@@ -374,9 +374,9 @@ def main(argv=None):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     if path == RESULTS:
-        README.write_text(updated_readme(README.read_text(encoding="utf-8"), results), encoding="utf-8")
-    print(readme_block(results))
-    print(f"wrote {path}" + (" and README.md's backend table" if path == RESULTS else ""))
+        PAGE.write_text(updated_page(PAGE.read_text(encoding="utf-8"), results), encoding="utf-8")
+    print(page_block(results))
+    print(f"wrote {path}" + (" and docs/backends.md's backend table" if path == RESULTS else ""))
     failed = any(s.get("exit_statuses") for s in results["backends"].values())
     return 1 if failed else 0
 

@@ -6,7 +6,7 @@ Builds small functional models that together use every public layer and
 decoder of the library (one model output per layer), exports them with
 `keras_attention.export_model` (several signatures in one SavedModel, one
 ONNX file per signature), verifies parity on generated padded batches, and
-prints the layer x format table the README shows. A documentation tool, not
+prints the layer x format table docs/export.md shows. A documentation tool, not
 part of the library: the table is `ExportReport.markdown()` of this export.
 """
 

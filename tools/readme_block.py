@@ -1,8 +1,8 @@
-"""The README's generated blocks: text between a begin and an end marker
+"""The generated blocks of the documentation pages: text between a begin and an end marker
 that a script rewrites from committed results files."""
 
 
-def replace_block(text, begin, end, body, where="README.md"):
+def replace_block(text, begin, end, body, where="the page"):
     """`text` with what lies between `begin` and `end` replaced by `body`."""
     if begin not in text or end not in text:
         raise SystemExit(f"error: {where} has no {begin} ... {end} block")

@@ -1,12 +1,12 @@
-"""Write the README's "Results on real data" tables from the committed results files.
+"""Write the "Results on real data" tables of docs/results.md from the committed results files.
 
-    python -m examples.g2p.report          # rewrite the block in README.md
-    python -m examples.g2p.report --check  # exit 1 if README.md is out of date
+    python -m examples.g2p.report          # rewrite the block in docs/results.md
+    python -m examples.g2p.report --check  # exit 1 if docs/results.md is out of date
 
 Reads results/g2p_cmudict.json, the optional other CMUdict runs in VARIANTS
 (one model trained longer) and results/g2p_sigmorphon2021.json (written by
 `train.py --results ...`), the default run's serving studies in SERVING
-(`serving.py`: the ensemble, and its first model alone), and replaces what stands between the two marker comments in README.md, so the table can only show measured figures.
+(`serving.py`: the ensemble, and its first model alone), and replaces what stands between the two marker comments in docs/results.md, so the table can only show measured figures.
 """
 
 import argparse
@@ -19,7 +19,7 @@ from tools.readme_block import replace_block
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "results.md"
 BEGIN, END = "<!-- g2p-results:begin -->", "<!-- g2p-results:end -->"
 # Other runs of ours on the CMUdict split, each shown as one more row.
 VARIANTS = ("g2p_cmudict_large.json",)
@@ -228,23 +228,23 @@ def render():
     return "\n\n".join(parts) if parts else "No results committed yet."
 
 
-def updated_readme(text):
-    return replace_block(text, BEGIN, END, render(), README)
+def updated_page(text):
+    return replace_block(text, BEGIN, END, render(), PAGE.name)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="only check that README.md is up to date")
+    parser.add_argument("--check", action="store_true", help="only check that docs/results.md is up to date")
     args = parser.parse_args(argv)
-    text = README.read_text(encoding="utf-8")
-    new = updated_readme(text)
+    text = PAGE.read_text(encoding="utf-8")
+    new = updated_page(text)
     if args.check:
         if new != text:
-            print("error: README.md's results block is out of date; run python -m examples.g2p.report", file=sys.stderr)
+            print("error: docs/results.md's block is out of date; run python -m examples.g2p.report", file=sys.stderr)
             return 1
         return 0
-    README.write_text(new, encoding="utf-8")
-    print(f"updated {README}")
+    PAGE.write_text(new, encoding="utf-8")
+    print(f"updated {PAGE}")
     return 0
 
 
