@@ -8,6 +8,7 @@ the script that made them); no test here imports tensorflow-addons."""
 import json
 import warnings
 
+import keras
 import numpy as np
 import pytest
 
@@ -119,6 +120,21 @@ def test_each_way_of_masking_needs_its_own_options(variant, right):
                 assert error < 2e-5
             else:
                 assert error > 0.05, (mask_zero, lengths)
+
+
+@pytest.mark.parametrize("variant", ["unmasked_encoder_source_lengths", "masked_encoder_no_lengths"])
+def test_a_model_with_its_own_memory_mask_saves_and_loads(variant, tmp_path):
+    """The two settings whose attention mask is not the encoder's Keras mask
+    compute it in the model (from the source ids): it survives `.keras`."""
+    fixture, models = load_variant(variant)
+    source = np.asarray(fixture["source"], "int32")
+    for kind in ("trainer", "beam"):
+        models[kind].save(tmp_path / f"{kind}.keras")
+    trainer = keras.saving.load_model(tmp_path / "trainer.keras")
+    np.testing.assert_allclose(logits_of(fixture, {"trainer": trainer}), fixture["logits"], atol=1e-5)
+    beam = keras.saving.load_model(tmp_path / "beam.keras").predict(source, verbose=0)
+    np.testing.assert_array_equal(beam["ids"], models["beam"].predict(source, verbose=0)["ids"])
+    np.testing.assert_array_equal(beam["lengths"], fixture["beam_lengths"])
 
 
 def test_the_masking_must_be_stated_and_the_old_shorthand_still_maps():
