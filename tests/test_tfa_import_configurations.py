@@ -256,3 +256,43 @@ def test_no_warning_when_the_options_are_given():
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         load_variant("luong_lstm")
+
+
+def write_checkpoint(path, variables):
+    """A TF checkpoint holding `variables` ({path: array}) at those object paths."""
+    import tensorflow as tf
+
+    root = tf.Module()
+    for key, value in variables.items():
+        node = root
+        *parents, leaf = key.split("/")
+        for part in parents:
+            if not hasattr(node, part):
+                setattr(node, part, tf.Module())
+            node = getattr(node, part)
+        setattr(node, leaf, tf.Variable(value))
+    tops = {key.split("/")[0] for key in variables}
+    tf.train.Checkpoint(**{top: getattr(root, top) for top in tops}).write(str(path))
+
+
+def test_a_bahdanau_mechanism_narrower_than_the_cell_imports(tmp_path):
+    """The mechanism's units (8 here) and the cell's (16) are separate sizes."""
+    variables = read_tfa_checkpoint(FIXTURES / "bahdanau_normalized_lstm" / "ckpt")
+    rng = np.random.default_rng(0)
+    mechanism = "decoder/attention_mechanism"
+    for name in ("query_layer/kernel", "memory_layer/kernel", "attention_v", "attention_b"):
+        key = f"{mechanism}/{name}"
+        variables[key] = rng.normal(size=variables[key].shape[:-1] + (8,)).astype("float32")
+    write_checkpoint(tmp_path / "ckpt", variables)
+    fixture = json.loads((FIXTURES / "bahdanau_normalized_lstm" / "outputs.json").read_text())
+    models = import_tfa_seq2seq(
+        tmp_path / "ckpt", "lstm", "bahdanau", 1, 2, 9, mask_zero=True, memory_sequence_length="source"
+    )
+    score = models["trainer"].get_layer("decoder").cell.attention
+    assert (
+        score.units,
+        score.query_kernel.shape,
+        tuple(models["trainer"].get_layer("decoder").cell.cell.recurrent_kernel.shape),
+    ) == (8, (16, 8), (16, 64))
+    np.testing.assert_array_equal(score.key_kernel.numpy(), variables[f"{mechanism}/memory_layer/kernel"])
+    assert logits_of(fixture, models).shape == np.asarray(fixture["logits"]).shape
