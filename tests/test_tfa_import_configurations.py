@@ -296,3 +296,24 @@ def test_a_bahdanau_mechanism_narrower_than_the_cell_imports(tmp_path):
     ) == (8, (16, 8), (16, 64))
     np.testing.assert_array_equal(score.key_kernel.numpy(), variables[f"{mechanism}/memory_layer/kernel"])
     assert logits_of(fixture, models).shape == np.asarray(fixture["logits"]).shape
+
+
+def test_the_command_states_each_refusal_in_one_line(tmp_path, capsys):
+    def run(variant, *extra):
+        args = [str(FIXTURES / variant / "ckpt"), str(tmp_path / "out"), "--start-token", "1", "--end-token", "2"]
+        args += ["--max-length", "9", "--mask-zero", "true", "--memory-sequence-length", "source", *extra]
+        status = main(args)
+        return status, [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+
+    status, errors = run("bahdanau_gru", "--cell", "gru", "--attention", "luong")
+    assert status == 1 and len(errors) == 1
+    assert "a tfa BahdanauAttention. Pass attention='bahdanau' (the command: --attention bahdanau)" in errors[0]
+    status, errors = run("subclassed_single_model", "--cell", "lstm", "--attention", "luong")
+    assert status == 1 and len(errors) == 1 and "cannot tell which weights play 4 role(s)" in errors[0]
+    names = [f"--name={role}={path}" for role, path in SINGLE_NAMES.items()]
+    assert run("subclassed_single_model", "--cell", "lstm", "--attention", "luong", *names) == (0, [])
+    # The masking is a required option: a usage error names it.
+    with pytest.raises(SystemExit) as exit:
+        main([str(FIXTURES / "luong_lstm" / "ckpt"), str(tmp_path / "o"), "--cell", "lstm", "--attention", "luong"])
+    assert exit.value.code == 2
+    assert "--mask-zero" in capsys.readouterr().err
