@@ -207,8 +207,8 @@ def import_tfa_seq2seq(
     if attention == "luong":
         score = GeneralAttention(name="attention")
     else:
-        units = _get(variables, mechanism, "attention_v").shape[0]
-        score = AdditiveAttention(units, normalize=setting["normalize"], name="attention")
+        attention_units = _get(variables, mechanism, "attention_v").shape[0]
+        score = AdditiveAttention(attention_units, normalize=setting["normalize"], name="attention")
 
     rnn_layer, cell_class = _CELLS[encoder][0], _CELLS[cell][1]
     source = keras.Input((None,), dtype="int32", name="source")

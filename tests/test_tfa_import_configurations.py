@@ -8,6 +8,7 @@ the script that made them); no test here imports tensorflow-addons."""
 import json
 import warnings
 
+import keras
 import numpy as np
 import pytest
 
@@ -119,6 +120,21 @@ def test_each_way_of_masking_needs_its_own_options(variant, right):
                 assert error < 2e-5
             else:
                 assert error > 0.05, (mask_zero, lengths)
+
+
+@pytest.mark.parametrize("variant", ["unmasked_encoder_source_lengths", "masked_encoder_no_lengths"])
+def test_a_model_with_its_own_memory_mask_saves_and_loads(variant, tmp_path):
+    """The two settings whose attention mask is not the encoder's Keras mask
+    compute it in the model (from the source ids): it survives `.keras`."""
+    fixture, models = load_variant(variant)
+    source = np.asarray(fixture["source"], "int32")
+    for kind in ("trainer", "beam"):
+        models[kind].save(tmp_path / f"{kind}.keras")
+    trainer = keras.saving.load_model(tmp_path / "trainer.keras")
+    np.testing.assert_allclose(logits_of(fixture, {"trainer": trainer}), fixture["logits"], atol=1e-5)
+    beam = keras.saving.load_model(tmp_path / "beam.keras").predict(source, verbose=0)
+    np.testing.assert_array_equal(beam["ids"], models["beam"].predict(source, verbose=0)["ids"])
+    np.testing.assert_array_equal(beam["lengths"], fixture["beam_lengths"])
 
 
 def test_the_masking_must_be_stated_and_the_old_shorthand_still_maps():
@@ -240,3 +256,64 @@ def test_no_warning_when_the_options_are_given():
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         load_variant("luong_lstm")
+
+
+def write_checkpoint(path, variables):
+    """A TF checkpoint holding `variables` ({path: array}) at those object paths."""
+    import tensorflow as tf
+
+    root = tf.Module()
+    for key, value in variables.items():
+        node = root
+        *parents, leaf = key.split("/")
+        for part in parents:
+            if not hasattr(node, part):
+                setattr(node, part, tf.Module())
+            node = getattr(node, part)
+        setattr(node, leaf, tf.Variable(value))
+    tops = {key.split("/")[0] for key in variables}
+    tf.train.Checkpoint(**{top: getattr(root, top) for top in tops}).write(str(path))
+
+
+def test_a_bahdanau_mechanism_narrower_than_the_cell_imports(tmp_path):
+    """The mechanism's units (8 here) and the cell's (16) are separate sizes."""
+    variables = read_tfa_checkpoint(FIXTURES / "bahdanau_normalized_lstm" / "ckpt")
+    rng = np.random.default_rng(0)
+    mechanism = "decoder/attention_mechanism"
+    for name in ("query_layer/kernel", "memory_layer/kernel", "attention_v", "attention_b"):
+        key = f"{mechanism}/{name}"
+        variables[key] = rng.normal(size=variables[key].shape[:-1] + (8,)).astype("float32")
+    write_checkpoint(tmp_path / "ckpt", variables)
+    fixture = json.loads((FIXTURES / "bahdanau_normalized_lstm" / "outputs.json").read_text())
+    models = import_tfa_seq2seq(
+        tmp_path / "ckpt", "lstm", "bahdanau", 1, 2, 9, mask_zero=True, memory_sequence_length="source"
+    )
+    score = models["trainer"].get_layer("decoder").cell.attention
+    assert (
+        score.units,
+        score.query_kernel.shape,
+        tuple(models["trainer"].get_layer("decoder").cell.cell.recurrent_kernel.shape),
+    ) == (8, (16, 8), (16, 64))
+    np.testing.assert_array_equal(score.key_kernel.numpy(), variables[f"{mechanism}/memory_layer/kernel"])
+    assert logits_of(fixture, models).shape == np.asarray(fixture["logits"]).shape
+
+
+def test_the_command_states_each_refusal_in_one_line(tmp_path, capsys):
+    def run(variant, *extra):
+        args = [str(FIXTURES / variant / "ckpt"), str(tmp_path / "out"), "--start-token", "1", "--end-token", "2"]
+        args += ["--max-length", "9", "--mask-zero", "true", "--memory-sequence-length", "source", *extra]
+        status = main(args)
+        return status, [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+
+    status, errors = run("bahdanau_gru", "--cell", "gru", "--attention", "luong")
+    assert status == 1 and len(errors) == 1
+    assert "a tfa BahdanauAttention. Pass attention='bahdanau' (the command: --attention bahdanau)" in errors[0]
+    status, errors = run("subclassed_single_model", "--cell", "lstm", "--attention", "luong")
+    assert status == 1 and len(errors) == 1 and "cannot tell which weights play 4 role(s)" in errors[0]
+    names = [f"--name={role}={path}" for role, path in SINGLE_NAMES.items()]
+    assert run("subclassed_single_model", "--cell", "lstm", "--attention", "luong", *names) == (0, [])
+    # The masking is a required option: a usage error names it.
+    with pytest.raises(SystemExit) as exit:
+        main([str(FIXTURES / "luong_lstm" / "ckpt"), str(tmp_path / "o"), "--cell", "lstm", "--attention", "luong"])
+    assert exit.value.code == 2
+    assert "--mask-zero" in capsys.readouterr().err
