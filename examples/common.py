@@ -76,7 +76,7 @@ def setup(args):
         if "TF_CONFIG" not in os.environ:
             raise SystemExit(
                 "--distribute multiworker needs TF_CONFIG (the cluster and this worker's "
-                "index); see the README's 'Distributed training' section."
+                "index); see docs/results.md#distributed-training."
             )
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     else:

@@ -159,3 +159,51 @@ def test_every_mechanism_has_its_section_and_every_decoder_its_row():
     cells = set(keras_attention.cells.__all__) - {"AttentionCell", "AttentionMemory"}
     decoders = {n for n in keras_attention.decoders.__all__ if inspect.isclass(getattr(keras_attention.decoders, n))}
     assert {name for name in cells | decoders if f"`{name}(" not in rows} == set()
+
+
+# Commands the pages and the results files show must run as shown: examples/,
+# benchmarks/ and tools/ are packages run with `python -m` from the root, and
+# the export/ scripts are the installed keras-attention-export and -serve.
+REMOVED_COMMANDS = re.compile(
+    r"python3? (?:examples|benchmarks|tools)/\S*\.py|export/(?:export_model\.py|serve_onnx\.py|README\.md)"
+)
+OUR_PACKAGES = ("examples", "benchmarks", "tools", "keras_attention")
+
+
+def _module_exists(module):
+    path = ROOT.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()
+
+
+def _recorded_commands(value):
+    """Every `command` string of a results document, however deep."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "command" and isinstance(item, str):
+                yield item
+            else:
+                yield from _recorded_commands(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _recorded_commands(item)
+
+
+def test_pages_show_commands_that_run():
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *PAGES]
+    for page in pages:
+        text = page.read_text()
+        assert not REMOVED_COMMANDS.findall(text), f"{page.relative_to(ROOT)} names a removed path"
+        for module in re.findall(r"python3? -m ([\w.<>]+)", text):
+            placeholder = "<" in module or any(part.isupper() for part in module.split("."))  # examples.NAME
+            if module.split(".")[0] in OUR_PACKAGES and not placeholder:
+                assert _module_exists(module), f"{page.relative_to(ROOT)}: `python -m {module}` has no module"
+
+
+def test_recorded_commands_run_as_recorded():
+    documents = [*sorted((ROOT / "results").glob("*.json")), ROOT / "benchmarks" / "results.json"]
+    commands = [(d.name, c) for d in documents for c in _recorded_commands(json.loads(d.read_text()))]
+    assert len(commands) >= len(documents)  # every document records its command
+    for name, command in commands:
+        assert command.startswith(("python -m ", "make ")), f"{name}: {command!r}"
+        if command.startswith("python -m "):
+            assert _module_exists(command.split()[2]), f"{name}: {command!r} names no module"

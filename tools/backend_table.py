@@ -286,7 +286,7 @@ def page_block(results):
     )
     lines += [
         "",
-        f"`python tools/backend_table.py` on {results['date']}: the {len(results['modules'])} backend-neutral test "
+        f"`python -m tools.backend_table` on {results['date']}: the {len(results['modules'])} backend-neutral test "
         f"modules ({', '.join(m.removeprefix('test_').removesuffix('.py') for m in results['modules'])}) on "
         f"{versions}, Keras {next(iter(sections.values()))['versions']['keras']}. "
         f"The other {len(results['tensorflow_only_modules'])} test modules import TensorFlow and run on it alone "
