@@ -23,7 +23,10 @@ length bookkeeping (`length_convention="tfa"`). `mask_zero` and
 checkpoint does not record. A mechanism or layer the checkpoint shows to be
 one this module does not reproduce exactly (another mechanism than
 `attention` says, a monotonic one, a list of them, an attention layer of
-your own) is refused with what to do (`keras_attention.tfa_checkpoint`).
+your own) is refused with what to do (`keras_attention.tfa_checkpoint`), and
+so is a checkpoint holding any weight the built model does not use (a layer
+it does not build: a stacked or bidirectional RNN, a bridge, a
+normalisation...).
 
 The same as a command, writing the three models as `.keras` files:
 
@@ -53,6 +56,8 @@ from keras_attention.tfa_checkpoint import (
     describe_mechanism,
     locate_roles,
     read_tfa_checkpoint,
+    refuse_unused,
+    shape_mismatch,
 )
 
 __all__ = ["MEMORY_SEQUENCE_LENGTHS", "ROLES", "import_tfa_seq2seq", "main", "read_tfa_checkpoint"]
@@ -163,11 +168,13 @@ def import_tfa_seq2seq(
         FileNotFoundError: no checkpoint at `checkpoint`.
         ValueError: an unknown or missing option; a weight that cannot be
             found (every role at once) or has another shape than the model
-            needs (named, with what the checkpoint holds); a mechanism other
-            than `attention`, or a tfa configuration this import does not
-            reproduce exactly (monotonic mechanisms, a list of mechanisms,
-            an attention layer of your own), named with what to do; an HDF5
-            file.
+            needs (named, with both shapes and the tfa setting that likely
+            differs); a mechanism other than `attention`, or a tfa
+            configuration this import does not reproduce exactly (monotonic
+            mechanisms, a list of mechanisms, an attention layer of your
+            own, weights the imported model does not use: a stacked or
+            bidirectional RNN, a bridge, a normalisation...), named with
+            what to do; an HDF5 file.
 
     Example:
 
@@ -257,39 +264,42 @@ def import_tfa_seq2seq(
 
     models = {"trainer": trainer, "greedy": decoder_model("greedy"), "beam": decoder_model("beam")}
 
+    # (weight, value, its checkpoint path, role)
     assignments = [
-        (source_embedding.embeddings, source_table, roles["source_embedding"] + "/embeddings"),
-        (target_embedding.embeddings, target_table, roles["target_embedding"] + "/embeddings"),
-        (readout.kernel, output_kernel, roles["output_layer"] + "/kernel"),
-        (readout.bias, _get(variables, roles["output_layer"], "bias"), roles["output_layer"] + "/bias"),
+        (source_embedding.embeddings, source_table, roles["source_embedding"] + "/embeddings", "source_embedding"),
+        (target_embedding.embeddings, target_table, roles["target_embedding"] + "/embeddings", "target_embedding"),
     ]
-    encoder_layer = trainer.get_layer("encoder")
-    for weight, name in zip(encoder_layer.cell.weights, ("kernel", "recurrent_kernel", "bias")):
-        assignments.append((weight, _get(variables, roles["encoder"], name), f"{roles['encoder']}/{name}"))
-    for weight, name in zip(wrapper.cell.weights, ("kernel", "recurrent_kernel", "bias")):
-        assignments.append((weight, _get(variables, roles["decoder_cell"], name), f"{roles['decoder_cell']}/{name}"))
+    assignments += [
+        (weight, _get(variables, roles["output_layer"], name), f"{roles['output_layer']}/{name}", "output_layer")
+        for weight, name in ((readout.kernel, "kernel"), (readout.bias, "bias"))
+    ]
+    for role, layer in (("encoder", trainer.get_layer("encoder").cell), ("decoder_cell", wrapper.cell)):
+        for weight, name in zip(layer.weights, ("kernel", "recurrent_kernel", "bias")):
+            assignments.append((weight, _get(variables, roles[role], name), f"{roles[role]}/{name}", role))
     memory_kernel = _get(variables, mechanism, "memory_layer/kernel")
     if attention == "luong":
         # tfa's scale=True score is g * q^T (W k): g folds into W exactly.
         scale = _get(variables, mechanism, "attention_g") if setting["scale"] else 1.0
-        assignments.append((score.bilinear_kernel, scale * memory_kernel, f"{mechanism}/memory_layer/kernel"))
+        named = [(score.bilinear_kernel, scale * memory_kernel, "memory_layer/kernel")]
     else:
-        named = [(score.query_kernel, "query_layer/kernel"), (score.score_vector, "attention_v")]
-        if setting["normalize"]:
-            named += [(score.scale, "attention_g"), (score.bias, "attention_b")]
-        assignments.append((score.key_kernel, memory_kernel, f"{mechanism}/memory_layer/kernel"))
-        for weight, name in named:
-            assignments.append((weight, _get(variables, mechanism, name), f"{mechanism}/{name}"))
+        named = [(score.key_kernel, memory_kernel, "memory_layer/kernel")]
+        names_read = ["query_layer/kernel", "attention_v"] + (
+            ["attention_g", "attention_b"] if setting["normalize"] else []
+        )
+        weights = [score.query_kernel, score.score_vector] + ([score.scale, score.bias] if setting["normalize"] else [])
+        named += [(weight, _get(variables, mechanism, name), name) for weight, name in zip(weights, names_read)]
+    assignments += [(weight, value, f"{mechanism}/{name}", "attention_mechanism") for weight, value, name in named]
     if attention_layer is not None:
         # tfa's rows are [cell output ; context], ours [context ; cell output].
         swapped = np.concatenate([attention_layer[units:], attention_layer[:units]])
-        assignments.append((wrapper.attention_kernel, swapped, roles["attention_layer"] + "/kernel"))
-    for weight, value, where in assignments:
+        assignments.append((wrapper.attention_kernel, swapped, roles["attention_layer"] + "/kernel", "attention_layer"))
+    # Every weight must be used: one left over is a layer this model lacks.
+    # The mechanism's are all read (describe_mechanism knows each; g may fold into W).
+    held = [key for key in variables if key.startswith(mechanism + "/")]
+    refuse_unused(variables, [where for _, _, where, _ in assignments] + held)
+    for weight, value, where, role in assignments:
         if tuple(weight.shape) != tuple(value.shape):
-            raise ValueError(
-                f"tfa checkpoint: {where!r} has shape {tuple(value.shape)}, but the model needs "
-                f"{tuple(weight.shape)} for {weight.path!r} (is `cell`/`attention`/`encoder` the tfa model's?)."
-            )
+            raise shape_mismatch(variables, role, where, value.shape, weight.shape, {"cell": cell, "encoder": encoder})
         weight.assign(np.asarray(value).astype(weight.dtype))
     return models
 
