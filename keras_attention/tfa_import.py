@@ -40,7 +40,6 @@ The same as a command, writing the three models as `.keras` files:
 import argparse
 import os
 import sys
-import warnings
 from pathlib import Path
 
 import keras
@@ -60,11 +59,12 @@ from keras_attention.tfa_checkpoint import (
     shape_mismatch,
 )
 
-__all__ = ["MEMORY_SEQUENCE_LENGTHS", "ROLES", "import_tfa_seq2seq", "main", "read_tfa_checkpoint"]
+__all__ = ["MEMORY_SEQUENCE_LENGTHS", "MODELS", "ROLES", "import_tfa_seq2seq", "main", "read_tfa_checkpoint"]
 
 _CELLS = {"lstm": (keras.layers.LSTM, keras.layers.LSTMCell), "gru": (keras.layers.GRU, keras.layers.GRUCell)}
 _ATTENTIONS = ("luong", "bahdanau")
 MEMORY_SEQUENCE_LENGTHS = ("source", "full")
+MODELS = ("trainer", "greedy", "beam")
 
 
 def _get(variables, prefix, name):
@@ -77,26 +77,7 @@ def _get(variables, prefix, name):
     return variables[key]
 
 
-def _masking(mask_zero, memory_sequence_length, mask_source_padding):
-    """(mask_zero, memory_sequence_length) from the arguments, the deprecated one mapped."""
-    if mask_source_padding is not None:
-        if mask_zero is not None or memory_sequence_length is not None:
-            raise ValueError(
-                "`mask_source_padding` is the deprecated shorthand of `mask_zero` and `memory_sequence_length`; "
-                f"give those only; got mask_source_padding={mask_source_padding!r} as well."
-            )
-        warnings.warn(
-            "import_tfa_seq2seq: `mask_source_padding` is deprecated; pass "
-            + (
-                "mask_zero=True, memory_sequence_length='source'"
-                if mask_source_padding
-                else "mask_zero=False, memory_sequence_length='full'"
-            )
-            + ", which it means.",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return bool(mask_source_padding), "source" if mask_source_padding else "full"
+def _check_masking(mask_zero, memory_sequence_length):
     if mask_zero is None or memory_sequence_length is None:
         raise ValueError(
             "import_tfa_seq2seq: say how the tfa model masked its source (a checkpoint does not record it): "
@@ -111,7 +92,6 @@ def _masking(mask_zero, memory_sequence_length, mask_source_padding):
         raise ValueError(
             f"`memory_sequence_length` must be one of {list(MEMORY_SEQUENCE_LENGTHS)}; got {memory_sequence_length!r}."
         )
-    return mask_zero, memory_sequence_length
 
 
 def import_tfa_seq2seq(
@@ -127,7 +107,7 @@ def import_tfa_seq2seq(
     names=None,
     mask_zero=None,
     memory_sequence_length=None,
-    mask_source_padding=None,
+    build=MODELS,
 ):
     """Build a tfa.seq2seq attention model with this library and load its trained weights.
 
@@ -155,14 +135,13 @@ def import_tfa_seq2seq(
             the padded width (the TensorFlow NMT tutorial's
             `[max_length_input] * batch`), so it attends to every position.
             The four combinations each import exactly.
-        mask_source_padding: deprecated; True is `mask_zero=True,
-            memory_sequence_length="source"`, False is `mask_zero=False,
-            memory_sequence_length="full"`.
+        build: a list or tuple naming which of `MODELS` to build and
+            return (all three by default; e.g. `["trainer"]` to fine-tune).
 
     Returns:
         {"trainer": keras.Model([source, target_in]) -> logits,
          "greedy": keras.Model(source) -> {"ids", "scores", "lengths", "alignments"},
-         "beam": the same with beams}, sharing their layers.
+         "beam": the same with beams}, sharing their layers (those `build` names).
 
     Raises:
         FileNotFoundError: no checkpoint at `checkpoint`.
@@ -197,7 +176,9 @@ def import_tfa_seq2seq(
     unknown = set(names) - set(ROLES)
     if unknown:
         raise ValueError(f"`names` has unknown roles {sorted(unknown)}; roles are {list(ROLES)}.")
-    mask_zero, memory_sequence_length = _masking(mask_zero, memory_sequence_length, mask_source_padding)
+    _check_masking(mask_zero, memory_sequence_length)
+    if not isinstance(build, (list, tuple, set, frozenset)) or not set(build) or not set(build) <= set(MODELS):
+        raise ValueError(f"`build` must name one or more of {list(MODELS)}; got {build!r}.")
     if not isinstance(checkpoint, (str, os.PathLike)):
         raise ValueError(f"`checkpoint` must be a path; got {checkpoint!r}.")
     variables = read_tfa_checkpoint(checkpoint)
@@ -262,8 +243,6 @@ def import_tfa_seq2seq(
         )(memory, memory_mask=memory_mask, initial_state=state)
         return keras.Model(source, outputs, name=f"tfa_{method}")
 
-    models = {"trainer": trainer, "greedy": decoder_model("greedy"), "beam": decoder_model("beam")}
-
     # (weight, value, its checkpoint path, role)
     assignments = [
         (source_embedding.embeddings, source_table, roles["source_embedding"] + "/embeddings", "source_embedding"),
@@ -301,7 +280,9 @@ def import_tfa_seq2seq(
         if tuple(weight.shape) != tuple(value.shape):
             raise shape_mismatch(variables, role, where, value.shape, weight.shape, {"cell": cell, "encoder": encoder})
         weight.assign(np.asarray(value).astype(weight.dtype))
-    return models
+    models = {"trainer": trainer}
+    models.update((method, decoder_model(method)) for method in ("greedy", "beam") if method in build)
+    return {kind: models[kind] for kind in MODELS if kind in build}
 
 
 class _Parser(argparse.ArgumentParser):

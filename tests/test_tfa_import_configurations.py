@@ -6,7 +6,6 @@ checkpoints are models tfa 0.23 trained (tests/fixtures/tfa_seq2seq, with
 the script that made them); no test here imports tensorflow-addons."""
 
 import json
-import warnings
 
 import keras
 import numpy as np
@@ -109,13 +108,18 @@ def test_the_normalized_and_scaled_weights_are_read_not_ignored():
     ],
 )
 def test_each_way_of_masking_needs_its_own_options(variant, right):
-    """Issue 34, item 3: the fixtures tell the four settings apart; only the right one gives tfa's logits."""
+    """Issue 34, item 3: the fixtures tell the four settings apart; only the right one gives tfa's logits.
+    Sixteen models: the trainer alone is built (the decoders are checked per
+    fixture above) and called eagerly (predict traces a function per model:
+    3 to 4 times the cost of the rest)."""
     fixture = json.loads((FIXTURES / variant / "outputs.json").read_text())
     want = np.asarray(fixture["logits"])
+    source, target_in = (np.asarray(fixture[k], "int32") for k in ("source", "target_in"))
     for mask_zero in (True, False):
         for lengths in ("source", "full"):
-            _, models = load_variant(variant, mask_zero=mask_zero, memory_sequence_length=lengths)
-            error = np.abs(logits_of(fixture, models) - want).max()
+            _, models = load_variant(variant, mask_zero=mask_zero, memory_sequence_length=lengths, build=["trainer"])
+            assert list(models) == ["trainer"]
+            error = np.abs(keras.ops.convert_to_numpy(models["trainer"]([source, target_in])) - want).max()
             if (mask_zero, lengths) == (right["mask_zero"], right["memory_sequence_length"]):
                 assert error < 2e-5
             else:
@@ -137,21 +141,28 @@ def test_a_model_with_its_own_memory_mask_saves_and_loads(variant, tmp_path):
     np.testing.assert_array_equal(beam["lengths"], fixture["beam_lengths"])
 
 
-def test_the_masking_must_be_stated_and_the_old_shorthand_still_maps():
+def test_the_masking_must_be_stated():
     with pytest.raises(ValueError, match=r"say how the tfa model masked its source .* got mask_zero=None"):
         load_variant("luong_lstm", mask_zero=None, memory_sequence_length=None)
+    with pytest.raises(ValueError, match=r"got mask_zero=True, memory_sequence_length=None"):
+        load_variant("luong_lstm", memory_sequence_length=None)
     with pytest.raises(ValueError, match=r"`memory_sequence_length` must be one of \['source', 'full'\]; got 'all'"):
         load_variant("luong_lstm", memory_sequence_length="all")
     with pytest.raises(ValueError, match=r"`mask_zero` must be True or False; got 1"):
         load_variant("luong_lstm", mask_zero=1)
-    with pytest.raises(ValueError, match=r"deprecated shorthand .* got mask_source_padding=True as well"):
+    # The pre-release shorthand is gone, not silently accepted.
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'mask_source_padding'"):
         load_variant("luong_lstm", mask_source_padding=True)
-    fixture = json.loads((FIXTURES / "tutorial_unmasked_full_lengths" / "outputs.json").read_text())
-    with pytest.warns(DeprecationWarning, match=r"pass mask_zero=False, memory_sequence_length='full'"):
-        _, models = load_variant(
-            "tutorial_unmasked_full_lengths", mask_zero=None, memory_sequence_length=None, mask_source_padding=False
-        )
-    np.testing.assert_allclose(logits_of(fixture, models), fixture["logits"], atol=1e-5)
+
+
+def test_build_names_the_models_to_build():
+    fixture, models = load_variant("luong_lstm", build=("greedy",))
+    assert list(models) == ["greedy"]
+    result = models["greedy"].predict(np.asarray(fixture["source"], "int32"), verbose=0)
+    np.testing.assert_array_equal(result["lengths"], fixture["greedy_lengths"])
+    for wrong in ("trainer", (), ["trainer", "decoder"], None):
+        with pytest.raises(ValueError, match=r"`build` must name one or more of \['trainer', 'greedy', 'beam'\]; got "):
+            load_variant("luong_lstm", build=wrong)
 
 
 def test_another_mechanism_than_attention_says_is_refused_naming_the_right_one():
@@ -251,12 +262,6 @@ def test_layouts_it_does_not_reproduce_are_refused_naming_the_tfa_setting():
         r"a list of mechanisms, which has no equivalent here",
     ):
         locate_roles({"d/a/memory_layer/kernel": kernel, "d/b/memory_layer/kernel": kernel}, {})
-
-
-def test_no_warning_when_the_options_are_given():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        load_variant("luong_lstm")
 
 
 def write_checkpoint(path, variables, save=False):
