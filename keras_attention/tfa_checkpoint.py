@@ -159,11 +159,12 @@ def locate_roles(variables, names):
     return roles
 
 
-def _bookkeeping(variables):
+def _bookkeeping(variables, used):
     """Paths a training run saves beside the model's weights: counters
     (`save_counter`, integer scalars such as a step) and the variables of an
     optimizer tracked under another name than `optimizer` (which the reader
-    leaves out), known by its integer scalar `iter` or `_iterations`."""
+    leaves out), known by its integer scalar `iter` or `_iterations` and by
+    holding none of the `used` weights."""
 
     def counter(value):
         return np.ndim(value) == 0 and np.asarray(value).dtype.kind in "iub"
@@ -173,6 +174,7 @@ def _bookkeeping(variables):
         for key, value in variables.items()
         if "/" in key and key.rsplit("/", 1)[1] in ("iter", "_iterations") and counter(value)
     ]
+    optimizers = [o for o in optimizers if not any(path.startswith(o) for path in used)]
     return {
         key
         for key, value in variables.items()
@@ -184,7 +186,7 @@ def refuse_unused(variables, used):
     """Refuses a checkpoint holding weights besides `used` (the paths the
     imported model reads) and bookkeeping: layers the importer does not
     build, without which the import would compute other numbers."""
-    unused = sorted(set(variables) - set(used) - _bookkeeping(variables))
+    unused = sorted(set(variables) - set(used) - _bookkeeping(variables, used))
     if not unused:
         return
     listing = ", ".join(unused[:_LISTED]) + (f" and {len(unused) - _LISTED} more" if len(unused) > _LISTED else "")

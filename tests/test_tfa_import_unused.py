@@ -119,19 +119,29 @@ def test_many_unused_variables_are_counted_past_ten(tmp_path):
 
 def test_bookkeeping_beside_the_weights_is_not_unused(tmp_path):
     """Counters and an optimizer's variables (under `optimizer/`, or under
-    another name, known by its integer `iter`) are a training run's
+    another name, known by its integer `iter` (tf.keras's legacy optimizers)
+    or `_iterations` (the newer ones, Keras 3's too)) are a training run's
     bookkeeping: the model still imports, to tfa's logits."""
     variables = read_tfa_checkpoint(FIXTURES / TUTORIAL / "ckpt")
     extra = {
         "step": np.int64(120),
         "opt/iter": np.int64(120),
         "opt/learning_rate": np.float32(0.01),
-        "opt/_variables/1": weights(UNITS, VOCABULARY),
+        "adam/_iterations": np.int64(120),
+        "adam/_learning_rate": np.float32(0.01),
+        "adam/_variables/2": weights(UNITS, VOCABULARY),
         "optimizer/iter": np.int64(120),
         "optimizer/beta_1": np.float32(0.9),
     }
     checkpoint = write_checkpoint(tmp_path / "ckpt", {**variables, **extra}, save=True)
-    assert {"save_counter", "step", "opt/_variables/1"} <= set(read_tfa_checkpoint(checkpoint))
+    assert {"save_counter", "step", "opt/learning_rate", "adam/_variables/2"} <= set(read_tfa_checkpoint(checkpoint))
     fixture = json.loads((FIXTURES / TUTORIAL / "outputs.json").read_text())
     models = import_tfa_seq2seq(checkpoint, **OPTIONS)
     np.testing.assert_allclose(logits_of(fixture, models), fixture["logits"], atol=1e-5)
+
+
+def test_a_counter_inside_the_model_does_not_hide_its_other_weights(tmp_path):
+    """An integer `iter` marks an optimizer only outside the model's layers."""
+    extra = {"decoder/iter": np.int64(3), "decoder/bridge/kernel": weights(UNITS, UNITS)}
+    with pytest.raises(ValueError, match=r"1 variable\(s\) the imported model does not use: decoder/bridge/kernel\."):
+        import_tfa_seq2seq(tutorial_with(tmp_path, extra), **OPTIONS)
