@@ -4,7 +4,9 @@
 `locate_roles` finds which of them play each part of the model
 (`ROLES`); `describe_mechanism` reads which tfa attention mechanism and
 settings the variables under the mechanism show, refusing those that
-`keras_attention.tfa_import.import_tfa_seq2seq` does not reproduce exactly.
+`keras_attention.tfa_import.import_tfa_seq2seq` does not reproduce exactly;
+`refuse_unused` refuses a checkpoint whose weights the imported model does
+not all use, and `shape_mismatch` explains a weight of another shape.
 Only the checkpoint is read (`tf.train.load_checkpoint`): neither
 tensorflow-addons nor TensorFlow 2.15 is needed.
 """
@@ -12,7 +14,9 @@ tensorflow-addons nor TensorFlow 2.15 is needed.
 import re
 from pathlib import Path
 
-__all__ = ["ROLES", "describe_mechanism", "locate_roles", "read_tfa_checkpoint"]
+import numpy as np
+
+__all__ = ["ROLES", "describe_mechanism", "locate_roles", "read_tfa_checkpoint", "refuse_unused", "shape_mismatch"]
 
 ROLES = (
     "source_embedding",
@@ -24,6 +28,8 @@ ROLES = (
     "output_layer",
 )
 _SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+_PORTING = "docs/migrating_from_tfa.md, 'Porting trained weights'"
+_LISTED = 10  # unused variables named in the error; the rest are counted
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _CHECKPOINT_FILE = re.compile(r"\.(index|data-\d+-of-\d+)$")
 _HOW_TO_WRITE_ONE = (
@@ -143,10 +149,54 @@ def locate_roles(variables, names):
         wanted = ", ".join(f"{role!r}: 'path/in/checkpoint'" for role in problems)
         raise ValueError(
             f"tfa checkpoint: cannot tell which weights play {len(problems)} role(s): {'; '.join(lines)}. "
-            f"Pass them all in one go: names={{{wanted}}} (the command: --name ROLE=PATH for each). "
+            "Where the model has one layer per role that its checkpoint does not place as tfa's tutorial does "
+            "(e.g. a subclassed model holding every layer under one name), pass them all in one go: "
+            f"names={{{wanted}}} (the command: --name ROLE=PATH for each). Several layers for one role (a stacked "
+            "or bidirectional RNN, two read-outs) make a model import_tfa_seq2seq does not build: naming one of "
+            f"them leaves the others unused, which is refused; port it by hand ({_PORTING}). "
             f"The checkpoint holds: {', '.join(sorted(variables))}."
         )
     return roles
+
+
+def _bookkeeping(variables, used):
+    """Paths a training run saves beside the model's weights: counters
+    (`save_counter`, integer scalars such as a step) and the variables of an
+    optimizer tracked under another name than `optimizer` (which the reader
+    leaves out), known by its integer scalar `iter` or `_iterations` and by
+    holding none of the `used` weights."""
+
+    def counter(value):
+        return np.ndim(value) == 0 and np.asarray(value).dtype.kind in "iub"
+
+    optimizers = [
+        key.rsplit("/", 1)[0] + "/"
+        for key, value in variables.items()
+        if "/" in key and key.rsplit("/", 1)[1] in ("iter", "_iterations") and counter(value)
+    ]
+    optimizers = [o for o in optimizers if not any(path.startswith(o) for path in used)]
+    return {
+        key
+        for key, value in variables.items()
+        if key == "save_counter" or counter(value) or any(key.startswith(o) for o in optimizers)
+    }
+
+
+def refuse_unused(variables, used):
+    """Refuses a checkpoint holding weights besides `used` (the paths the
+    imported model reads) and bookkeeping: layers the importer does not
+    build, without which the import would compute other numbers."""
+    unused = sorted(set(variables) - set(used) - _bookkeeping(variables, used))
+    if not unused:
+        return
+    listing = ", ".join(unused[:_LISTED]) + (f" and {len(unused) - _LISTED} more" if len(unused) > _LISTED else "")
+    raise ValueError(
+        f"tfa checkpoint: {len(unused)} variable(s) the imported model does not use: {listing}. "
+        "So the tfa model has layers import_tfa_seq2seq does not build (a stacked or bidirectional RNN, a "
+        "bridge between the encoder and the decoder, a normalisation, another layer before the read-out, "
+        "a cell of your own...), and the model it would build from the rest computes other numbers; "
+        f"port it by hand ({_PORTING})."
+    )
 
 
 # Variables under a tfa mechanism, by mechanism and setting.
@@ -167,7 +217,7 @@ def describe_mechanism(variables, mechanism, attention):
         raise ValueError(
             f"tfa checkpoint: the mechanism at {mechanism!r} holds attention_score_bias ({listing}): a tfa "
             f"{kind}, which import_tfa_seq2seq does not import. Port it by hand to keras_attention.{kind} "
-            "(docs/migrating_from_tfa.md, 'Porting trained weights')."
+            f"({_PORTING})."
         )
     if held in (_BAHDANAU, _BAHDANAU | _NORMALIZED):
         found, setting = "bahdanau", {"normalize": bool(held & _NORMALIZED)}
@@ -177,8 +227,7 @@ def describe_mechanism(variables, mechanism, attention):
         raise ValueError(
             f"tfa checkpoint: the mechanism at {mechanism!r} holds {listing}, which is neither a tfa "
             "LuongAttention (memory_layer/kernel [, attention_g]) nor a BahdanauAttention (memory_layer/kernel, "
-            "query_layer/kernel, attention_v [, attention_g, attention_b]); port it by hand "
-            "(docs/migrating_from_tfa.md, 'Porting trained weights')."
+            f"query_layer/kernel, attention_v [, attention_g, attention_b]); port it by hand ({_PORTING})."
         )
     if found != attention:
         names = {"bahdanau": "BahdanauAttention", "luong": "LuongAttention"}
@@ -200,8 +249,7 @@ def describe_attention_layer(variables, roles):
             raise ValueError(
                 f"tfa checkpoint: several attention layers ({', '.join(several)}): an AttentionWrapper with a "
                 "list of attention mechanisms or layer sizes, which has no equivalent here (one attention per "
-                "wrapper); name the one to import with names={'attention_layer': ...} only if the others "
-                "were unused."
+                f"wrapper); port it by hand ({_PORTING})."
             )
         return None
     extra = sorted(k for k in variables if k.startswith(layer + "/") and k != layer + "/kernel")
@@ -209,6 +257,60 @@ def describe_attention_layer(variables, roles):
         raise ValueError(
             f"tfa checkpoint: the attention layer at {layer!r} also holds {', '.join(extra)}: an "
             "`attention_layer=` of your own, not the bias-free Dense of tfa's `attention_layer_size`, "
-            "which import_tfa_seq2seq does not import; port it by hand (docs/migrating_from_tfa.md)."
+            f"which import_tfa_seq2seq does not import; port it by hand ({_PORTING})."
         )
     return variables[layer + "/kernel"]
+
+
+_CELL_OPTIONS = {"encoder": "encoder", "decoder_cell": "cell"}  # role -> the option that picks its cell
+
+
+def _likely_cause(variables, role, where, got, want, options):
+    """Which tfa setting most likely differs, from a weight's shape."""
+    prefix, name = where.rsplit("/", 1)
+    option = _CELL_OPTIONS.get(role)
+    if option and name == "bias" and len(want) == 2 and got == want[1:]:
+        return (
+            f"a one-row bias {got} is a tfa GRU(Cell) with reset_after=False; the importer builds Keras's default "
+            f"reset_after=True (bias (2, 3 x units)), which computes other numbers: port it by hand ({_PORTING})"
+        )
+    if option and got[-1] != want[-1]:
+        units = variables[prefix + "/recurrent_kernel"].shape[0] if prefix + "/recurrent_kernel" in variables else 0
+        kind = {4 * units: "lstm", 3 * units: "gru"}.get(got[-1]) if units else None
+        if kind and kind != options[option]:
+            return (
+                f"its width {got[-1]} is {'4' if kind == 'lstm' else '3'} x {units} units: a tfa "
+                f"{kind.upper()} cell, not {option}={options[option]!r}; pass {option}={kind!r} "
+                f"(the command: --{option} {kind})"
+            )
+        return f"another cell type or size than {option}={options[option]!r} builds; check `{option}`"
+    if option and name == "kernel":
+        feeds = {
+            "encoder": "the source embedding",
+            "decoder_cell": "the target embedding and the previous attention (tfa's default cell_input_fn)",
+        }[role]
+        return (
+            f"the cell's input is {got[0]} wide, not {want[0]} ({feeds}): another layer, a bidirectional or "
+            f"stacked RNN, or a cell_input_fn of your own, which the importer does not build; port it by hand "
+            f"({_PORTING})"
+        )
+    if role == "output_layer" and name == "kernel":
+        return (
+            f"the read-out takes {got[0]} features, but the decoder outputs {want[0]} (the attention, "
+            "output_attention=True): output_attention=False or a layer before the read-out, which the importer "
+            f"does not build; port it by hand ({_PORTING})"
+        )
+    return (
+        "the layer sizes read from the other weights disagree with it: check `cell`, `encoder`, `attention` and `names`"
+    )
+
+
+def shape_mismatch(variables, role, where, got, want, options):
+    """The error for the checkpoint's `where` (playing `role`) whose shape
+    `got` is not the built model's `want`: the variable, both shapes and the
+    tfa setting that likely differs (`options`: the `cell` and `encoder` asked for)."""
+    got, want = tuple(got), tuple(want)
+    return ValueError(
+        f"tfa checkpoint: {where!r} has shape {got}, but the model needs {want} for the {role}: "
+        f"{_likely_cause(variables, role, where, got, want, options)}."
+    )

@@ -23,7 +23,10 @@ length bookkeeping (`length_convention="tfa"`). `mask_zero` and
 checkpoint does not record. A mechanism or layer the checkpoint shows to be
 one this module does not reproduce exactly (another mechanism than
 `attention` says, a monotonic one, a list of them, an attention layer of
-your own) is refused with what to do (`keras_attention.tfa_checkpoint`).
+your own) is refused with what to do (`keras_attention.tfa_checkpoint`), and
+so is a checkpoint holding any weight the built model does not use (a layer
+it does not build: a stacked or bidirectional RNN, a bridge, a
+normalisation...).
 
 The same as a command, writing the three models as `.keras` files:
 
@@ -37,7 +40,6 @@ The same as a command, writing the three models as `.keras` files:
 import argparse
 import os
 import sys
-import warnings
 from pathlib import Path
 
 import keras
@@ -53,13 +55,16 @@ from keras_attention.tfa_checkpoint import (
     describe_mechanism,
     locate_roles,
     read_tfa_checkpoint,
+    refuse_unused,
+    shape_mismatch,
 )
 
-__all__ = ["MEMORY_SEQUENCE_LENGTHS", "ROLES", "import_tfa_seq2seq", "main", "read_tfa_checkpoint"]
+__all__ = ["MEMORY_SEQUENCE_LENGTHS", "MODELS", "ROLES", "import_tfa_seq2seq", "main", "read_tfa_checkpoint"]
 
 _CELLS = {"lstm": (keras.layers.LSTM, keras.layers.LSTMCell), "gru": (keras.layers.GRU, keras.layers.GRUCell)}
 _ATTENTIONS = ("luong", "bahdanau")
 MEMORY_SEQUENCE_LENGTHS = ("source", "full")
+MODELS = ("trainer", "greedy", "beam")
 
 
 def _get(variables, prefix, name):
@@ -72,26 +77,7 @@ def _get(variables, prefix, name):
     return variables[key]
 
 
-def _masking(mask_zero, memory_sequence_length, mask_source_padding):
-    """(mask_zero, memory_sequence_length) from the arguments, the deprecated one mapped."""
-    if mask_source_padding is not None:
-        if mask_zero is not None or memory_sequence_length is not None:
-            raise ValueError(
-                "`mask_source_padding` is the deprecated shorthand of `mask_zero` and `memory_sequence_length`; "
-                f"give those only; got mask_source_padding={mask_source_padding!r} as well."
-            )
-        warnings.warn(
-            "import_tfa_seq2seq: `mask_source_padding` is deprecated; pass "
-            + (
-                "mask_zero=True, memory_sequence_length='source'"
-                if mask_source_padding
-                else "mask_zero=False, memory_sequence_length='full'"
-            )
-            + ", which it means.",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return bool(mask_source_padding), "source" if mask_source_padding else "full"
+def _check_masking(mask_zero, memory_sequence_length):
     if mask_zero is None or memory_sequence_length is None:
         raise ValueError(
             "import_tfa_seq2seq: say how the tfa model masked its source (a checkpoint does not record it): "
@@ -106,7 +92,6 @@ def _masking(mask_zero, memory_sequence_length, mask_source_padding):
         raise ValueError(
             f"`memory_sequence_length` must be one of {list(MEMORY_SEQUENCE_LENGTHS)}; got {memory_sequence_length!r}."
         )
-    return mask_zero, memory_sequence_length
 
 
 def import_tfa_seq2seq(
@@ -122,7 +107,7 @@ def import_tfa_seq2seq(
     names=None,
     mask_zero=None,
     memory_sequence_length=None,
-    mask_source_padding=None,
+    build=MODELS,
 ):
     """Build a tfa.seq2seq attention model with this library and load its trained weights.
 
@@ -150,24 +135,25 @@ def import_tfa_seq2seq(
             the padded width (the TensorFlow NMT tutorial's
             `[max_length_input] * batch`), so it attends to every position.
             The four combinations each import exactly.
-        mask_source_padding: deprecated; True is `mask_zero=True,
-            memory_sequence_length="source"`, False is `mask_zero=False,
-            memory_sequence_length="full"`.
+        build: a list or tuple naming which of `MODELS` to build and
+            return (all three by default; e.g. `["trainer"]` to fine-tune).
 
     Returns:
         {"trainer": keras.Model([source, target_in]) -> logits,
          "greedy": keras.Model(source) -> {"ids", "scores", "lengths", "alignments"},
-         "beam": the same with beams}, sharing their layers.
+         "beam": the same with beams}, sharing their layers (those `build` names).
 
     Raises:
         FileNotFoundError: no checkpoint at `checkpoint`.
         ValueError: an unknown or missing option; a weight that cannot be
             found (every role at once) or has another shape than the model
-            needs (named, with what the checkpoint holds); a mechanism other
-            than `attention`, or a tfa configuration this import does not
-            reproduce exactly (monotonic mechanisms, a list of mechanisms,
-            an attention layer of your own), named with what to do; an HDF5
-            file.
+            needs (named, with both shapes and the tfa setting that likely
+            differs); a mechanism other than `attention`, or a tfa
+            configuration this import does not reproduce exactly (monotonic
+            mechanisms, a list of mechanisms, an attention layer of your
+            own, weights the imported model does not use: a stacked or
+            bidirectional RNN, a bridge, a normalisation...), named with
+            what to do; an HDF5 file.
 
     Example:
 
@@ -190,7 +176,9 @@ def import_tfa_seq2seq(
     unknown = set(names) - set(ROLES)
     if unknown:
         raise ValueError(f"`names` has unknown roles {sorted(unknown)}; roles are {list(ROLES)}.")
-    mask_zero, memory_sequence_length = _masking(mask_zero, memory_sequence_length, mask_source_padding)
+    _check_masking(mask_zero, memory_sequence_length)
+    if not isinstance(build, (list, tuple, set, frozenset)) or not set(build) or not set(build) <= set(MODELS):
+        raise ValueError(f"`build` must name one or more of {list(MODELS)}; got {build!r}.")
     if not isinstance(checkpoint, (str, os.PathLike)):
         raise ValueError(f"`checkpoint` must be a path; got {checkpoint!r}.")
     variables = read_tfa_checkpoint(checkpoint)
@@ -255,43 +243,46 @@ def import_tfa_seq2seq(
         )(memory, memory_mask=memory_mask, initial_state=state)
         return keras.Model(source, outputs, name=f"tfa_{method}")
 
-    models = {"trainer": trainer, "greedy": decoder_model("greedy"), "beam": decoder_model("beam")}
-
+    # (weight, value, its checkpoint path, role)
     assignments = [
-        (source_embedding.embeddings, source_table, roles["source_embedding"] + "/embeddings"),
-        (target_embedding.embeddings, target_table, roles["target_embedding"] + "/embeddings"),
-        (readout.kernel, output_kernel, roles["output_layer"] + "/kernel"),
-        (readout.bias, _get(variables, roles["output_layer"], "bias"), roles["output_layer"] + "/bias"),
+        (source_embedding.embeddings, source_table, roles["source_embedding"] + "/embeddings", "source_embedding"),
+        (target_embedding.embeddings, target_table, roles["target_embedding"] + "/embeddings", "target_embedding"),
     ]
-    encoder_layer = trainer.get_layer("encoder")
-    for weight, name in zip(encoder_layer.cell.weights, ("kernel", "recurrent_kernel", "bias")):
-        assignments.append((weight, _get(variables, roles["encoder"], name), f"{roles['encoder']}/{name}"))
-    for weight, name in zip(wrapper.cell.weights, ("kernel", "recurrent_kernel", "bias")):
-        assignments.append((weight, _get(variables, roles["decoder_cell"], name), f"{roles['decoder_cell']}/{name}"))
+    assignments += [
+        (weight, _get(variables, roles["output_layer"], name), f"{roles['output_layer']}/{name}", "output_layer")
+        for weight, name in ((readout.kernel, "kernel"), (readout.bias, "bias"))
+    ]
+    for role, layer in (("encoder", trainer.get_layer("encoder").cell), ("decoder_cell", wrapper.cell)):
+        for weight, name in zip(layer.weights, ("kernel", "recurrent_kernel", "bias")):
+            assignments.append((weight, _get(variables, roles[role], name), f"{roles[role]}/{name}", role))
     memory_kernel = _get(variables, mechanism, "memory_layer/kernel")
     if attention == "luong":
         # tfa's scale=True score is g * q^T (W k): g folds into W exactly.
         scale = _get(variables, mechanism, "attention_g") if setting["scale"] else 1.0
-        assignments.append((score.bilinear_kernel, scale * memory_kernel, f"{mechanism}/memory_layer/kernel"))
+        named = [(score.bilinear_kernel, scale * memory_kernel, "memory_layer/kernel")]
     else:
-        named = [(score.query_kernel, "query_layer/kernel"), (score.score_vector, "attention_v")]
-        if setting["normalize"]:
-            named += [(score.scale, "attention_g"), (score.bias, "attention_b")]
-        assignments.append((score.key_kernel, memory_kernel, f"{mechanism}/memory_layer/kernel"))
-        for weight, name in named:
-            assignments.append((weight, _get(variables, mechanism, name), f"{mechanism}/{name}"))
+        named = [(score.key_kernel, memory_kernel, "memory_layer/kernel")]
+        names_read = ["query_layer/kernel", "attention_v"] + (
+            ["attention_g", "attention_b"] if setting["normalize"] else []
+        )
+        weights = [score.query_kernel, score.score_vector] + ([score.scale, score.bias] if setting["normalize"] else [])
+        named += [(weight, _get(variables, mechanism, name), name) for weight, name in zip(weights, names_read)]
+    assignments += [(weight, value, f"{mechanism}/{name}", "attention_mechanism") for weight, value, name in named]
     if attention_layer is not None:
         # tfa's rows are [cell output ; context], ours [context ; cell output].
         swapped = np.concatenate([attention_layer[units:], attention_layer[:units]])
-        assignments.append((wrapper.attention_kernel, swapped, roles["attention_layer"] + "/kernel"))
-    for weight, value, where in assignments:
+        assignments.append((wrapper.attention_kernel, swapped, roles["attention_layer"] + "/kernel", "attention_layer"))
+    # Every weight must be used: one left over is a layer this model lacks.
+    # The mechanism's are all read (describe_mechanism knows each; g may fold into W).
+    held = [key for key in variables if key.startswith(mechanism + "/")]
+    refuse_unused(variables, [where for _, _, where, _ in assignments] + held)
+    for weight, value, where, role in assignments:
         if tuple(weight.shape) != tuple(value.shape):
-            raise ValueError(
-                f"tfa checkpoint: {where!r} has shape {tuple(value.shape)}, but the model needs "
-                f"{tuple(weight.shape)} for {weight.path!r} (is `cell`/`attention`/`encoder` the tfa model's?)."
-            )
+            raise shape_mismatch(variables, role, where, value.shape, weight.shape, {"cell": cell, "encoder": encoder})
         weight.assign(np.asarray(value).astype(weight.dtype))
-    return models
+    models = {"trainer": trainer}
+    models.update((method, decoder_model(method)) for method in ("greedy", "beam") if method in build)
+    return {kind: models[kind] for kind in MODELS if kind in build}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -6,7 +6,6 @@ checkpoints are models tfa 0.23 trained (tests/fixtures/tfa_seq2seq, with
 the script that made them); no test here imports tensorflow-addons."""
 
 import json
-import warnings
 
 import keras
 import numpy as np
@@ -109,13 +108,18 @@ def test_the_normalized_and_scaled_weights_are_read_not_ignored():
     ],
 )
 def test_each_way_of_masking_needs_its_own_options(variant, right):
-    """Issue 34, item 3: the fixtures tell the four settings apart; only the right one gives tfa's logits."""
+    """Issue 34, item 3: the fixtures tell the four settings apart; only the right one gives tfa's logits.
+    Sixteen models: the trainer alone is built (the decoders are checked per
+    fixture above) and called eagerly (predict traces a function per model:
+    3 to 4 times the cost of the rest)."""
     fixture = json.loads((FIXTURES / variant / "outputs.json").read_text())
     want = np.asarray(fixture["logits"])
+    source, target_in = (np.asarray(fixture[k], "int32") for k in ("source", "target_in"))
     for mask_zero in (True, False):
         for lengths in ("source", "full"):
-            _, models = load_variant(variant, mask_zero=mask_zero, memory_sequence_length=lengths)
-            error = np.abs(logits_of(fixture, models) - want).max()
+            _, models = load_variant(variant, mask_zero=mask_zero, memory_sequence_length=lengths, build=["trainer"])
+            assert list(models) == ["trainer"]
+            error = np.abs(keras.ops.convert_to_numpy(models["trainer"]([source, target_in])) - want).max()
             if (mask_zero, lengths) == (right["mask_zero"], right["memory_sequence_length"]):
                 assert error < 2e-5
             else:
@@ -137,21 +141,28 @@ def test_a_model_with_its_own_memory_mask_saves_and_loads(variant, tmp_path):
     np.testing.assert_array_equal(beam["lengths"], fixture["beam_lengths"])
 
 
-def test_the_masking_must_be_stated_and_the_old_shorthand_still_maps():
+def test_the_masking_must_be_stated():
     with pytest.raises(ValueError, match=r"say how the tfa model masked its source .* got mask_zero=None"):
         load_variant("luong_lstm", mask_zero=None, memory_sequence_length=None)
+    with pytest.raises(ValueError, match=r"got mask_zero=True, memory_sequence_length=None"):
+        load_variant("luong_lstm", memory_sequence_length=None)
     with pytest.raises(ValueError, match=r"`memory_sequence_length` must be one of \['source', 'full'\]; got 'all'"):
         load_variant("luong_lstm", memory_sequence_length="all")
     with pytest.raises(ValueError, match=r"`mask_zero` must be True or False; got 1"):
         load_variant("luong_lstm", mask_zero=1)
-    with pytest.raises(ValueError, match=r"deprecated shorthand .* got mask_source_padding=True as well"):
+    # The pre-release shorthand is gone, not silently accepted.
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'mask_source_padding'"):
         load_variant("luong_lstm", mask_source_padding=True)
-    fixture = json.loads((FIXTURES / "tutorial_unmasked_full_lengths" / "outputs.json").read_text())
-    with pytest.warns(DeprecationWarning, match=r"pass mask_zero=False, memory_sequence_length='full'"):
-        _, models = load_variant(
-            "tutorial_unmasked_full_lengths", mask_zero=None, memory_sequence_length=None, mask_source_padding=False
-        )
-    np.testing.assert_allclose(logits_of(fixture, models), fixture["logits"], atol=1e-5)
+
+
+def test_build_names_the_models_to_build():
+    fixture, models = load_variant("luong_lstm", build=("greedy",))
+    assert list(models) == ["greedy"]
+    result = models["greedy"].predict(np.asarray(fixture["source"], "int32"), verbose=0)
+    np.testing.assert_array_equal(result["lengths"], fixture["greedy_lengths"])
+    for wrong in ("trainer", (), ["trainer", "decoder"], None):
+        with pytest.raises(ValueError, match=r"`build` must name one or more of \['trainer', 'greedy', 'beam'\]; got "):
+            load_variant("luong_lstm", build=wrong)
 
 
 def test_another_mechanism_than_attention_says_is_refused_naming_the_right_one():
@@ -190,7 +201,8 @@ def test_a_subclassed_single_model_names_every_missing_role_in_one_error():
     assert "source_embedding: found none (candidates: model/embedding, model/source_embedding)" in message
     wanted = "{'decoder_cell': 'path/in/checkpoint', 'encoder': 'path/in/checkpoint', "
     wanted += "'target_embedding': 'path/in/checkpoint', 'source_embedding': 'path/in/checkpoint'}"
-    assert f"Pass them all in one go: names={wanted} (the command: --name ROLE=PATH for each)" in message
+    assert f"pass them all in one go: names={wanted} (the command: --name ROLE=PATH for each)" in message
+    assert "Several layers for one role (a stacked or bidirectional RNN, two read-outs)" in message
     # Naming some roles leaves only the others in the error.
     with pytest.raises(ValueError, match=r"play 2 role\(s\): decoder_cell: found several .*; encoder: found none"):
         load_variant("subclassed_single_model", names={k: SINGLE_NAMES[k] for k in SINGLE_NAMES if "embedding" in k})
@@ -252,14 +264,10 @@ def test_layouts_it_does_not_reproduce_are_refused_naming_the_tfa_setting():
         locate_roles({"d/a/memory_layer/kernel": kernel, "d/b/memory_layer/kernel": kernel}, {})
 
 
-def test_no_warning_when_the_options_are_given():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        load_variant("luong_lstm")
-
-
-def write_checkpoint(path, variables):
-    """A TF checkpoint holding `variables` ({path: array}) at those object paths."""
+def write_checkpoint(path, variables, save=False):
+    """A TF checkpoint holding `variables` ({path: array}) at those object
+    paths; its prefix. `save=True` writes it as `tf.train.Checkpoint.save`
+    does, numbered and with a `save_counter`."""
     import tensorflow as tf
 
     root = tf.Module()
@@ -272,7 +280,8 @@ def write_checkpoint(path, variables):
             node = getattr(node, part)
         setattr(node, leaf, tf.Variable(value))
     tops = {key.split("/")[0] for key in variables}
-    tf.train.Checkpoint(**{top: getattr(root, top) for top in tops}).write(str(path))
+    checkpoint = tf.train.Checkpoint(**{top: getattr(root, top) for top in tops})
+    return checkpoint.save(str(path)) if save else checkpoint.write(str(path))
 
 
 def test_a_bahdanau_mechanism_narrower_than_the_cell_imports(tmp_path):
@@ -317,3 +326,69 @@ def test_the_command_states_each_refusal_in_one_line(tmp_path, capsys):
         main([str(FIXTURES / "luong_lstm" / "ckpt"), str(tmp_path / "o"), "--cell", "lstm", "--attention", "luong"])
     assert exit.value.code == 2
     assert "--mask-zero" in capsys.readouterr().err
+
+
+def test_a_shape_mismatch_names_the_tfa_setting_that_likely_differs(tmp_path):
+    """The variable, its shape, the shape the model needs, and why."""
+
+    def refused(variant, match, variables=None, **overrides):
+        if variables is not None:
+            overrides["checkpoint"] = write_checkpoint(tmp_path / variant, variables)
+        checkpoint = overrides.pop("checkpoint", FIXTURES / variant / "ckpt")
+        fixture = json.loads((FIXTURES / variant / "outputs.json").read_text())
+        options = {**fixture["variant"], **overrides}
+        with pytest.raises(ValueError, match=match):
+            import_tfa_seq2seq(
+                checkpoint,
+                options["cell"],
+                options["attention"],
+                1,
+                2,
+                9,
+                encoder=options.get("encoder"),
+                mask_zero=True,
+                memory_sequence_length="source",
+            )
+
+    # Another cell type: the width says which, and the option to pass.
+    refused(
+        "bahdanau_gru",
+        r"'encoder/rnn/cell/kernel' has shape \(8, 48\), but the model needs \(8, 64\) for the encoder: its width "
+        r"48 is 3 x 16 units: a tfa GRU cell, not encoder='lstm'; pass encoder='gru' \(the command: --encoder gru\)",
+        encoder="lstm",
+    )
+    refused(
+        "bahdanau_gru",
+        r"'decoder/decoder_cell/kernel' has shape \(24, 48\), but the model needs \(24, 64\) for the decoder_cell: "
+        r".*a tfa GRU cell, not cell='lstm'; pass cell='gru' \(the command: --cell gru\)",
+        cell="lstm",
+        encoder="gru",
+    )
+    refused("luong_lstm", r"its width 64 is 4 x 16 units: a tfa LSTM cell, not cell='gru'", cell="gru", encoder="lstm")
+    # A GRU with one bias row: reset_after=False.
+    variables = read_tfa_checkpoint(FIXTURES / "bahdanau_gru" / "ckpt")
+    for cell in ("encoder/rnn/cell", "decoder/decoder_cell"):
+        variables[f"{cell}/bias"] = variables[f"{cell}/bias"][0]
+    refused(
+        "bahdanau_gru",
+        r"'encoder/rnn/cell/bias' has shape \(48,\), but the model needs \(2, 48\) for the encoder: a one-row bias "
+        r"\(48,\) is a tfa GRU\(Cell\) with reset_after=False; the importer builds Keras's default reset_after=True",
+        variables,
+    )
+    # An encoder fed something wider than the source embedding.
+    variables = read_tfa_checkpoint(FIXTURES / "luong_lstm" / "ckpt")
+    variables["encoder/rnn/cell/kernel"] = np.zeros((10, 64), "float32")
+    refused(
+        "luong_lstm",
+        r"\(10, 64\), but the model needs \(8, 64\) for the encoder: the cell's input is 10 wide, not 8 \(the source embedding\)",
+        variables,
+    )
+    # A read-out that does not read the attention.
+    variables = read_tfa_checkpoint(FIXTURES / "luong_lstm" / "ckpt")
+    variables["decoder/fc/kernel"] = np.zeros((20, 13), "float32")
+    refused(
+        "luong_lstm",
+        r"'decoder/fc/kernel' has shape \(20, 13\), but the model needs \(16, 13\) for the output_layer: the read-out "
+        r"takes 20 features, but the decoder outputs 16 \(the attention, output_attention=True\)",
+        variables,
+    )
