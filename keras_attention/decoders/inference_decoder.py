@@ -192,12 +192,15 @@ class InferenceDecoder(SearchDecoder):
             self.output_layer.build((None, None, readout))
         self.built = True
 
-    def decode_step(self, ids, states, memory, noise=None):
+    def decode_step(self, ids, states, memory, time, noise=None):
         """One decoding step: `(logits (N, V), new states, alignment (N, Ts))`
         for the previous ids `(N,)`, the cell's states and an
-        `AttentionMemory` (from `cell.prepare_memory`). The searches call it;
-        `keras_attention.decoders.stepwise_models` exports it. `noise (N, Ts)`:
-        the step's slice of `step_noise` (None: the attention draws its own)."""
+        `AttentionMemory` (from `cell.prepare_memory`). The searches call it
+        with `time`, their int32 scalar counter (the index of the token being
+        produced; an attention cell's step does not read it, so
+        `keras_attention.decoders.stepwise_models` exports it with None).
+        `noise (N, Ts)`: the step's slice of `step_noise` (None: the
+        attention draws its own)."""
         # The layers see (N, 1, ...): one step of the sequences they were
         # trained on.
         inputs = ops.squeeze(self.embedding(ops.expand_dims(ids, 1)), 1)
