@@ -6,6 +6,8 @@ sampling, constraints, what to return) and runs the search over a
 `InferenceDecoder` steps one attention cell, `EnsembleDecoder` several.
 """
 
+import inspect
+
 import keras
 import numpy as np
 from keras import ops
@@ -20,8 +22,8 @@ from keras_attention.decoders.runtime_options import (
     concrete_values,
     option_bounds,
 )
-from keras_attention.decoders.search_methods import METHODS, SEARCHES
-from keras_attention.decoding import LENGTH_CONVENTIONS, constrained_step, relative_max_lengths, tile_batch
+from keras_attention.decoders.search_methods import METHODS, strategy_of
+from keras_attention.decoding import LENGTH_CONVENTIONS, constrained_step, relative_max_lengths, strategies, tile_batch
 from keras_attention.decoding.constraints import check_repetition_penalty, check_suppress_tokens, check_top_p
 
 __all__ = ["SearchDecoder", "noise_at"]
@@ -45,7 +47,11 @@ class SearchDecoder(keras.layers.Layer):
     A subclass defines `decode_step(ids, states, prepared, time,
     noise=None) -> (logits, states, alignment)` and calls `search` from its `call` with what the step
     reads (`prepared`, tiled here for beam search) and its initial states.
-    The options are `InferenceDecoder`'s: see it for their meaning.
+    The options are `InferenceDecoder`'s: see it for their meaning. The
+    search may also be given as a strategy object, `search=BeamSearch(4)`
+    (or a registered name, or its config): the keyword form (`method="beam",
+    beam_width=4`) is sugar for it, the strategy's fields being the
+    decoder's attributes of the same names.
     """
 
     def __init__(
@@ -73,9 +79,14 @@ class SearchDecoder(keras.layers.Layer):
         num_hypotheses=None,
         return_token_log_probs=False,
         runtime_options=None,
+        search=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        strategy = None
+        if search is not None:
+            strategy = strategies.get(search)
+            method = strategy.registered_name
         _checks.check_choice(self, "method", method, METHODS)
         # Every option is checked here, whichever method uses it: a bad value
         # is a mistake now, not at the first predict, deep in the loop.
@@ -119,11 +130,26 @@ class SearchDecoder(keras.layers.Layer):
         self.return_token_log_probs = _checks.check_bool(self, "return_token_log_probs", return_token_log_probs)
         self.method = method
         self.seed = seed
-        self.runtime_options = check_runtime_options(self, runtime_options, method, seed)
+        if strategy is not None:
+            self._adopt(strategy, locals())
+        self.runtime_options = check_runtime_options(self, runtime_options, method, self.seed)
         self.return_alignments = bool(return_alignments)
-        self.seed_generator = keras.random.SeedGenerator(seed) if method == "sample" else None
+        self.seed_generator = keras.random.SeedGenerator(self.seed) if method == "sample" else None
         # The outputs have no time axis of the memory: no mask goes on.
         self.supports_masking = True
+
+    def _adopt(self, strategy, given):
+        """The strategy's fields as this decoder's (they are named alike: the
+        keyword form is sugar for the strategy); a field also given as a
+        keyword, away from its default, is refused rather than overridden."""
+        defaults = inspect.signature(SearchDecoder.__init__).parameters
+        for name, value in strategy.get_config().items():
+            if given[name] != defaults[name].default:
+                raise ValueError(
+                    f"{_checks.owner_name(self)}: `{name}` is given both as a keyword ({given[name]!r}) and by "
+                    f"`search` {strategy!r}; give it in one place."
+                )
+            setattr(self, name, value)
 
     def decode_step(self, ids, states, prepared, time, noise=None):
         """One step of the protocol: `(logits (N, V), states, alignment (N, Ts)
@@ -294,7 +320,11 @@ class SearchDecoder(keras.layers.Layer):
             return_token_log_probs=self.return_token_log_probs,
             length_limits=length_limits,
         )
-        return SEARCHES[self.method](self, step, initial_state, common, option)
+        strategy = strategy_of(self)
+        runtime = {field.name: values[field.name] for field in strategy.runtime_fields if field.name in values}
+        if self.method == "sample" and "seed" not in runtime:
+            runtime["seed"] = self.seed_generator  # the layer's, saved with it
+        return strategy.search(step, initial_state, runtime, **common)
 
     def compute_mask(self, memory, previous_mask=None):
         return None

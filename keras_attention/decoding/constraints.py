@@ -15,8 +15,22 @@ from keras import ops
 
 from keras_attention import _checks
 from keras_attention.decoding import _loop
+from keras_attention.decoding.runtime_fields import RuntimeField
 
-__all__ = ["constrained_step", "relative_max_lengths", "top_p_filter"]
+__all__ = ["CONSTRAINT_FIELDS", "constrained_step", "relative_max_lengths", "top_p_filter"]
+
+# The constraints a request may set, whatever the search.
+CONSTRAINT_FIELDS = (
+    RuntimeField(
+        "min_length",
+        "int32",
+        0,
+        maximum="below max_length",
+        meaning="the end token is forbidden before this many tokens",
+    ),
+    RuntimeField("repetition_penalty", "float32", 1, meaning="CTRL repetition penalty"),
+    RuntimeField("no_repeat_ngram_size", "int32", 0, meaning="no n-gram twice (0: none)"),
+)
 
 
 def relative_max_lengths(source_lengths, ratio, offset, max_length):
