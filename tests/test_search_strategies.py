@@ -28,13 +28,13 @@ def table_step(seed=0, batch=2):
 
 
 def test_the_registry_finds_each_strategy_by_name():
-    assert list(strategies.registered()) == ["greedy", "sample", "beam"]
+    assert list(strategies.registered()) == ["greedy", "sample", "beam", "min_p"]
     assert isinstance(decoding.get("greedy"), GreedySearch)
     assert isinstance(decoding.get("sample"), SamplingSearch)
     assert decoding.get("beam").beam_width == 4
     given = BeamSearch(2)
     assert decoding.get(given) is given
-    with pytest.raises(ValueError, match=r"must be one of \['greedy', 'sample', 'beam'\].*got 'nucleus'"):
+    with pytest.raises(ValueError, match=r"must be one of \['greedy', 'sample', 'beam', 'min_p'\].*got 'nucleus'"):
         decoding.get("nucleus")
 
 
@@ -76,11 +76,14 @@ def test_beam_search_strategy_is_the_function_with_its_best_hypotheses():
 
 
 def test_the_runtime_option_table_is_derived_from_the_declarations():
-    declared = {field.name: ("greedy", "sample", "beam") for field in (*strategies.LOOP_FIELDS, *CONSTRAINT_FIELDS)}
+    methods = tuple(strategies.registered())
+    declared = {field.name: methods for field in (*strategies.LOOP_FIELDS, *CONSTRAINT_FIELDS)}
     for name, strategy in strategies.registered().items():
-        declared.update({field.name: (name,) for field in strategy.runtime_fields})
+        for field in strategy.runtime_fields:  # min_p's sampling fields are sample's too
+            declared[field.name] = declared.get(field.name, ()) + (name,)
     assert {name: option.methods for name, option in RUNTIME_OPTIONS.items()} == declared
     assert RUNTIME_OPTIONS["top_p"].maximum == 1 and RUNTIME_OPTIONS["temperature"].strict
+    assert RUNTIME_OPTIONS["seed"].methods == ("sample", "min_p") and RUNTIME_OPTIONS["min_p"].methods == ("min_p",)
     # Every field of every strategy is classified: run-time, or fixed with a reason.
     for strategy in strategies.registered().values():
         for name in strategy.fields():

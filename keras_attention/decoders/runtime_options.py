@@ -58,14 +58,16 @@ def _declared_options():
     declared = [(field, methods) for field in (*strategies.LOOP_FIELDS, *CONSTRAINT_FIELDS)]
     for name, strategy in strategies.registered().items():
         declared.extend((field, (name,)) for field in strategy.runtime_fields)
-    table = {}
-    for field, readers in declared:
-        if field.name in table:
-            raise ValueError(f"runtime options: {field.name!r} is declared twice.")
-        table[field.name] = RuntimeOption(
-            field.dtype, readers, field.minimum, field.strict, field.maximum, field.meaning
-        )
-    return table
+    fields, readers = {}, {}
+    for field, methods in declared:
+        # A field two strategies share (a subclass's) must be declared alike.
+        if fields.setdefault(field.name, field) != field:
+            raise ValueError(f"runtime options: {field.name!r} is declared twice, differently.")
+        readers[field.name] = readers.get(field.name, ()) + methods
+    return {
+        name: RuntimeOption(field.dtype, readers[name], field.minimum, field.strict, field.maximum, field.meaning)
+        for name, field in fields.items()
+    }
 
 
 RUNTIME_OPTIONS = _declared_options()

@@ -22,7 +22,7 @@ from keras_attention.decoders.runtime_options import (
     concrete_values,
     option_bounds,
 )
-from keras_attention.decoders.search_methods import METHODS, strategy_of
+from keras_attention.decoders.search_methods import METHODS, adopt_strategy, keyword_less_fields, strategy_of
 from keras_attention.decoding import LENGTH_CONVENTIONS, constrained_step, relative_max_lengths, strategies, tile_batch
 from keras_attention.decoding.constraints import check_repetition_penalty, check_suppress_tokens, check_top_p
 
@@ -82,12 +82,17 @@ class SearchDecoder(keras.layers.Layer):
         search=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
         strategy = None
         if search is not None:
             strategy = strategies.get(search)
             method = strategy.registered_name
-        _checks.check_choice(self, "method", method, METHODS)
+        _checks.check_choice(type(self).__name__, "method", method, METHODS)
+        # A field of the method's strategy that has no keyword here (a new
+        # control's, e.g. min_p) comes through **kwargs: the registry says
+        # which, and the strategy checks it.
+        keywords = inspect.signature(SearchDecoder.__init__).parameters
+        extra = {name: kwargs.pop(name) for name in keyword_less_fields(method, keywords) if name in kwargs}
+        super().__init__(**kwargs)
         # Every option is checked here, whichever method uses it: a bad value
         # is a mistake now, not at the first predict, deep in the loop.
         self.start_token = _checks.check_int(self, "start_token", start_token, 0, "an integer id")
@@ -130,26 +135,13 @@ class SearchDecoder(keras.layers.Layer):
         self.return_token_log_probs = _checks.check_bool(self, "return_token_log_probs", return_token_log_probs)
         self.method = method
         self.seed = seed
-        if strategy is not None:
-            self._adopt(strategy, locals())
+        adopt_strategy(self, strategy, method, extra, locals(), keywords)
         self.runtime_options = check_runtime_options(self, runtime_options, method, self.seed)
         self.return_alignments = bool(return_alignments)
-        self.seed_generator = keras.random.SeedGenerator(self.seed) if method == "sample" else None
+        draws = "seed" in strategies.registered()[method].fields()
+        self.seed_generator = keras.random.SeedGenerator(self.seed) if draws else None
         # The outputs have no time axis of the memory: no mask goes on.
         self.supports_masking = True
-
-    def _adopt(self, strategy, given):
-        """The strategy's fields as this decoder's (they are named alike: the
-        keyword form is sugar for the strategy); a field also given as a
-        keyword, away from its default, is refused rather than overridden."""
-        defaults = inspect.signature(SearchDecoder.__init__).parameters
-        for name, value in strategy.get_config().items():
-            if given[name] != defaults[name].default:
-                raise ValueError(
-                    f"{_checks.owner_name(self)}: `{name}` is given both as a keyword ({given[name]!r}) and by "
-                    f"`search` {strategy!r}; give it in one place."
-                )
-            setattr(self, name, value)
 
     def decode_step(self, ids, states, prepared, time, noise=None):
         """One step of the protocol: `(logits (N, V), states, alignment (N, Ts)
@@ -169,9 +161,10 @@ class SearchDecoder(keras.layers.Layer):
 
     def option_defaults(self):
         """{run-time option: its value when a request does not set it}: the constructor's."""
-        values = {name: getattr(self, name) for name in RUNTIME_OPTIONS}
-        values["top_k"] = values["top_k"] or 0  # 0 keeps every token
-        return {name: values[name] for name in self.runtime_options}
+        values = {name: getattr(self, name) for name in self.runtime_options}
+        if "top_k" in values:
+            values["top_k"] = values["top_k"] or 0  # 0 keeps every token
+        return values
 
     def option_specs(self):
         """{run-time option: {"dtype", "default", "minimum", "strict", "maximum"}}:
@@ -322,7 +315,7 @@ class SearchDecoder(keras.layers.Layer):
         )
         strategy = strategy_of(self)
         runtime = {field.name: values[field.name] for field in strategy.runtime_fields if field.name in values}
-        if self.method == "sample" and "seed" not in runtime:
+        if self.seed_generator is not None and "seed" not in runtime:
             runtime["seed"] = self.seed_generator  # the layer's, saved with it
         return strategy.search(step, initial_state, runtime, **common)
 
@@ -386,4 +379,5 @@ class SearchDecoder(keras.layers.Layer):
                 "runtime_options": list(self.runtime_options),
             }
         )
+        config.update(strategy_of(self).get_config())  # a new control's fields too
         return config

@@ -28,6 +28,7 @@ from keras_attention.decoding.beams import beam_rows, gather_beams, gather_tree,
 from keras_attention.decoding.constraints import constrained_step, relative_max_lengths, top_p_filter
 from keras_attention.decoding.greedy import greedy_search, sampling_search
 from keras_attention.decoding.hashed_random import hashed_uniform
+from keras_attention.decoding.min_p import MinPSampling
 from keras_attention.decoding.runtime_fields import RuntimeField
 from keras_attention.decoding.strategies import BeamSearch, GreedySearch, SamplingSearch, SearchStrategy, get
 
@@ -36,6 +37,7 @@ __all__ = [
     "NEG_INF",
     "BeamSearch",
     "GreedySearch",
+    "MinPSampling",
     "RuntimeField",
     "SamplingSearch",
     "SearchStrategy",
