@@ -53,6 +53,12 @@ def test_docstring_has_formula_paper_shapes_and_a_running_example(cls):
         keras_attention.decoding.relative_max_lengths,
         keras_attention.decoding.top_p_filter,
         keras_attention.decoding.hashed_uniform,
+        keras_attention.decoding.get,
+        keras_attention.decoding.GreedySearch,
+        keras_attention.decoding.SamplingSearch,
+        keras_attention.decoding.BeamSearch,
+        keras_attention.decoding.MinPSampling,
+        keras_attention.decoding.min_p.min_p_filter,
     ],
     ids=lambda f: f.__name__,
 )

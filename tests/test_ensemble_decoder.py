@@ -63,8 +63,8 @@ def sequence_log_prob(members, memory, mask, tokens, combine):
     total, ids = 0.0, np.array([START], "int32")
     prepared = [m.cell.prepare_memory(memory[None], mask[None]) for m in members]
     states = [m.cell.initial_state_for(p, 1) for m, p in zip(members, prepared)]
-    for token in tokens:
-        steps = [m.decode_step(ids, s, p) for m, s, p in zip(members, states, prepared)]
+    for time, token in enumerate(tokens):
+        steps = [m.decode_step(ids, s, p, time) for m, s, p in zip(members, states, prepared)]
         states = [step[1] for step in steps]
         log_probs = np.stack([log_softmax(ops.convert_to_numpy(step[0]).astype("float64")) for step in steps])
         total += combined_log_probs(log_probs, combine)[0, token]
@@ -151,7 +151,7 @@ def test_members_keep_their_own_initial_states_and_memory_sizes():
     for decoder, source, state in zip((small, large), (memory, wide), states):
         prepared = decoder.cell.prepare_memory(source, mask)
         full = decoder.cell.initial_state_for(prepared, 3, state)
-        logits, _, _ = decoder.decode_step(np.full((3,), START, "int32"), full, prepared)
+        logits, _, _ = decoder.decode_step(np.full((3,), START, "int32"), full, prepared, 0)
         first.append(log_softmax(ops.convert_to_numpy(logits).astype("float64")))
     want = np.argmax(combined_log_probs(np.stack(first), "probabilities"), -1)
     np.testing.assert_array_equal(ops.convert_to_numpy(result["ids"])[:, 0], want)

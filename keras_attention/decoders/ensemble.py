@@ -113,12 +113,14 @@ class EnsembleDecoder(SearchDecoder):
                 f"(one per member); got {memories!r}."
             )
 
-    def decode_step(self, ids, states, prepared):
+    def decode_step(self, ids, states, prepared, time, noise=None):
         """One step of every member, combined: `(log-probabilities (N, V),
-        the members' new states, mean alignment (N, Ts))`."""
+        the members' new states, mean alignment (N, Ts))`. `time` is the
+        search's counter, `noise` one slice per member (see `step_noise`)."""
         log_probs, new_states, alignments = [], [], []
-        for member, member_states, memory in zip(self.members, states, prepared):
-            logits, member_states, alignment = member.decode_step(ids, member_states, memory)
+        noises = [None] * len(self.members) if noise is None else noise
+        for member, member_states, memory, member_noise in zip(self.members, states, prepared, noises):
+            logits, member_states, alignment = member.decode_step(ids, member_states, memory, time, noise=member_noise)
             log_probs.append(ops.log_softmax(ops.cast(logits, "float32"), axis=-1))
             new_states.append(member_states)
             alignments.append(alignment)
@@ -137,6 +139,12 @@ class EnsembleDecoder(SearchDecoder):
         if all(a is not None for a in alignments):
             alignment = ops.mean(ops.stack([ops.cast(a, "float32") for a in alignments]), axis=0)
         return combined, new_states, alignment
+
+    def step_noise(self, rows, source_length):
+        """Each member's inference noise (see `InferenceDecoder.step_noise`),
+        a list with None for a member that draws none; None when none does."""
+        noises = [member.step_noise(rows, source_length) for member in self.members]
+        return None if all(noise is None for noise in noises) else noises
 
     def call(
         self,

@@ -91,6 +91,10 @@ class InferenceDecoder(SearchDecoder):
         return_token_log_probs: also return `token_log_probs (B, [n,] L)`,
             each token's log-probability (0 after the end; they sum to the
             score without penalties).
+        search: the search as a strategy object instead of the keyword
+            form, e.g. `keras_attention.decoding.BeamSearch(4,
+            length_penalty_weight=0.6)` (or "beam", or its config); its
+            fields are this decoder's `method`, `beam_width`, ... options.
         runtime_options: names of options a request may set at call time,
             e.g. `("temperature", "top_p", "seed")`: `max_length` (at most
             the constructor's, which stays the loop bound and the output
@@ -127,55 +131,11 @@ class InferenceDecoder(SearchDecoder):
         start_token,
         end_token,
         max_length,
-        method="greedy",
-        beam_width=4,
-        length_penalty_weight=0.0,
-        coverage_penalty_weight=0.0,
-        temperature=1.0,
-        top_k=None,
-        seed=None,
         output_uses_inputs=False,
-        return_alignments=True,
-        early_stopping=False,
-        length_convention="default",
-        top_p=1.0,
-        min_length=0,
-        max_length_ratio=None,
-        max_length_offset=0.0,
-        suppress_tokens=None,
-        repetition_penalty=1.0,
-        no_repeat_ngram_size=0,
-        num_hypotheses=None,
-        return_token_log_probs=False,
-        runtime_options=None,
-        **kwargs,
+        **options,
     ):
-        super().__init__(
-            start_token,
-            end_token,
-            max_length,
-            method=method,
-            beam_width=beam_width,
-            length_penalty_weight=length_penalty_weight,
-            coverage_penalty_weight=coverage_penalty_weight,
-            temperature=temperature,
-            top_k=top_k,
-            seed=seed,
-            return_alignments=return_alignments,
-            early_stopping=early_stopping,
-            length_convention=length_convention,
-            top_p=top_p,
-            min_length=min_length,
-            max_length_ratio=max_length_ratio,
-            max_length_offset=max_length_offset,
-            suppress_tokens=suppress_tokens,
-            repetition_penalty=repetition_penalty,
-            no_repeat_ngram_size=no_repeat_ngram_size,
-            num_hypotheses=num_hypotheses,
-            return_token_log_probs=return_token_log_probs,
-            runtime_options=runtime_options,
-            **kwargs,
-        )
+        # The search options are SearchDecoder's, given through: one list.
+        super().__init__(start_token, end_token, max_length, **options)
         self.cell = attention_cell(self, cell)
         self.embedding = _layer(self, "embedding", embedding)
         self.output_layer = _layer(self, "output_layer", output_layer)
@@ -192,12 +152,15 @@ class InferenceDecoder(SearchDecoder):
             self.output_layer.build((None, None, readout))
         self.built = True
 
-    def decode_step(self, ids, states, memory, noise=None):
+    def decode_step(self, ids, states, memory, time, noise=None):
         """One decoding step: `(logits (N, V), new states, alignment (N, Ts))`
         for the previous ids `(N,)`, the cell's states and an
-        `AttentionMemory` (from `cell.prepare_memory`). The searches call it;
-        `keras_attention.decoders.stepwise_models` exports it. `noise (N, Ts)`:
-        the step's slice of `step_noise` (None: the attention draws its own)."""
+        `AttentionMemory` (from `cell.prepare_memory`). The searches call it
+        with `time`, their int32 scalar counter (the index of the token being
+        produced; an attention cell's step does not read it, so
+        `keras_attention.decoders.stepwise_models` exports it with None).
+        `noise (N, Ts)`: the step's slice of `step_noise` (None: the
+        attention draws its own)."""
         # The layers see (N, 1, ...): one step of the sequences they were
         # trained on.
         inputs = ops.squeeze(self.embedding(ops.expand_dims(ids, 1)), 1)

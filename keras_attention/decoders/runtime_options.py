@@ -21,6 +21,8 @@ from keras import ops
 
 from keras_attention import _checks
 from keras_attention._checks import concrete_values
+from keras_attention.decoding import strategies
+from keras_attention.decoding.constraints import CONSTRAINT_FIELDS
 
 __all__ = [
     "FIXED_OPTIONS",
@@ -35,8 +37,6 @@ __all__ = [
     "option_bounds",
 ]
 
-_ALL = ("greedy", "sample", "beam")
-
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeOption:
@@ -50,31 +50,32 @@ class RuntimeOption:
     meaning: str = ""
 
 
-RUNTIME_OPTIONS = {
-    "max_length": RuntimeOption(
-        "int32", _ALL, 1, maximum="max_length", meaning="most tokens; at most the constructor's (the loop bound)"
-    ),
-    "min_length": RuntimeOption(
-        "int32", _ALL, 0, maximum="below max_length", meaning="the end token is forbidden before this many tokens"
-    ),
-    "length_penalty_weight": RuntimeOption("float32", ("beam",), 0, meaning="GNMT length penalty alpha"),
-    "coverage_penalty_weight": RuntimeOption("float32", ("beam",), 0, meaning="GNMT coverage penalty beta"),
-    "temperature": RuntimeOption("float32", ("sample",), 0, strict=True, meaning="sampling temperature"),
-    "top_k": RuntimeOption("int32", ("sample",), 0, meaning="keep the k most likely tokens (0: all)"),
-    "top_p": RuntimeOption("float32", ("sample",), 0, strict=True, maximum=1, meaning="nucleus mass"),
-    "seed": RuntimeOption(
-        "int32",
-        ("sample",),
-        0,
-        maximum=2**31 - 1,
-        meaning="the draws are a function of (seed, step, token); left out, example b uses seed + b",
-    ),
-    "repetition_penalty": RuntimeOption("float32", _ALL, 1, meaning="CTRL repetition penalty"),
-    "no_repeat_ngram_size": RuntimeOption("int32", _ALL, 0, meaning="no n-gram twice (0: none)"),
-}
+def _declared_options():
+    """The table, built from the fields that the searches (every method
+    reads the loop's and the constraints') and each registered strategy
+    declare: a new control declares its fields in its own module."""
+    methods = tuple(strategies.registered())
+    declared = [(field, methods) for field in (*strategies.LOOP_FIELDS, *CONSTRAINT_FIELDS)]
+    for name, strategy in strategies.registered().items():
+        declared.extend((field, (name,)) for field in strategy.runtime_fields)
+    fields, readers = {}, {}
+    for field, methods in declared:
+        # A field two strategies share (a subclass's) must be declared alike.
+        if fields.setdefault(field.name, field) != field:
+            raise ValueError(f"runtime options: {field.name!r} is declared twice, differently.")
+        readers[field.name] = readers.get(field.name, ()) + methods
+    return {
+        name: RuntimeOption(field.dtype, readers[name], field.minimum, field.strict, field.maximum, field.meaning)
+        for name, field in fields.items()
+    }
+
+
+RUNTIME_OPTIONS = _declared_options()
 
 # Why the others cannot change per request.
 FIXED_OPTIONS = {
+    "start_token": "the first step's ids are a constant of the loop",
+    "end_token": "the end test and the padding are constants of the loop",
     "beam_width": "the beams are the loop's tensor shapes",
     "num_hypotheses": "it sets the outputs' shapes",
     "method": "each method is another loop",

@@ -2,9 +2,11 @@
 
 `SearchDecoder` owns the decoding options (method, beam width, penalties,
 sampling, constraints, what to return) and runs the search over a
-`decode_step(ids, states, prepared)` its subclass defines:
+`decode_step(ids, states, prepared, time, noise=None)` its subclass defines:
 `InferenceDecoder` steps one attention cell, `EnsembleDecoder` several.
 """
+
+import inspect
 
 import keras
 import numpy as np
@@ -20,65 +22,36 @@ from keras_attention.decoders.runtime_options import (
     concrete_values,
     option_bounds,
 )
-from keras_attention.decoding import (
-    LENGTH_CONVENTIONS,
-    beam_search,
-    constrained_step,
-    greedy_search,
-    relative_max_lengths,
-    sampling_search,
-    tile_batch,
-)
+from keras_attention.decoders.search_methods import METHODS, adopt_strategy, keyword_less_fields, strategy_of
+from keras_attention.decoding import LENGTH_CONVENTIONS, constrained_step, relative_max_lengths, strategies, tile_batch
 from keras_attention.decoding.constraints import check_repetition_penalty, check_suppress_tokens, check_top_p
 
-__all__ = ["SearchDecoder"]
+__all__ = ["SearchDecoder", "noise_at"]
 
 
-def _greedy(decoder, step, initial_state, common, option):
-    return greedy_search(step, initial_state, **common)
+def noise_at(noise, time):
+    """Step `time`'s slice of pre-drawn noise: each `(rows, steps, ...)`
+    tensor of the nest at `min(time, steps - 1)` (None stays None)."""
+    if noise is None:
+        return None
 
+    def at(values):
+        return ops.take(values, ops.minimum(time, ops.shape(values)[1] - 1), axis=1)
 
-def _sample(decoder, step, initial_state, common, option):
-    return sampling_search(
-        step,
-        initial_state,
-        temperature=option("temperature"),
-        top_k=option("top_k"),
-        top_p=option("top_p"),
-        seed=option("seed") if "seed" in decoder.runtime_options else decoder.seed_generator,
-        **common,
-    )
-
-
-def _beam(decoder, step, initial_state, common, option):
-    result = beam_search(
-        step,
-        initial_state,
-        beam_width=decoder.beam_width,
-        length_penalty_weight=option("length_penalty_weight"),
-        coverage_penalty_weight=option("coverage_penalty_weight"),
-        early_stopping=decoder.early_stopping,
-        length_convention=decoder.length_convention,
-        **common,
-    )
-    if decoder.num_hypotheses is not None:  # the best n of the beams, best first
-        result = {name: value[:, : decoder.num_hypotheses] for name, value in result.items()}
-    return result
-
-
-# A table rather than a chain of ifs: a method is one entry, its search with
-# the options it reads, and the valid names come from the same table.
-_SEARCHES = {"greedy": _greedy, "sample": _sample, "beam": _beam}
-_METHODS = tuple(_SEARCHES)
+    return keras.tree.map_structure(at, noise, none_is_leaf=False)
 
 
 class SearchDecoder(keras.layers.Layer):
     """Base of the in-graph decoders: the search options and the search.
 
-    A subclass defines `decode_step(ids, states, prepared) -> (logits,
-    states, alignment)` and calls `search` from its `call` with what the step
+    A subclass defines `decode_step(ids, states, prepared, time,
+    noise=None) -> (logits, states, alignment)` and calls `search` from its `call` with what the step
     reads (`prepared`, tiled here for beam search) and its initial states.
-    The options are `InferenceDecoder`'s: see it for their meaning.
+    The options are `InferenceDecoder`'s: see it for their meaning. The
+    search may also be given as a strategy object, `search=BeamSearch(4)`
+    (or a registered name, or its config): the keyword form (`method="beam",
+    beam_width=4`) is sugar for it, the strategy's fields being the
+    decoder's attributes of the same names.
     """
 
     def __init__(
@@ -106,10 +79,20 @@ class SearchDecoder(keras.layers.Layer):
         num_hypotheses=None,
         return_token_log_probs=False,
         runtime_options=None,
+        search=None,
         **kwargs,
     ):
+        strategy = None
+        if search is not None:
+            strategy = strategies.get(search)
+            method = strategy.registered_name
+        _checks.check_choice(type(self).__name__, "method", method, METHODS)
+        # A field of the method's strategy that has no keyword here (a new
+        # control's, e.g. min_p) comes through **kwargs: the registry says
+        # which, and the strategy checks it.
+        keywords = inspect.signature(SearchDecoder.__init__).parameters
+        extra = {name: kwargs.pop(name) for name in keyword_less_fields(method, keywords) if name in kwargs}
         super().__init__(**kwargs)
-        _checks.check_choice(self, "method", method, _METHODS)
         # Every option is checked here, whichever method uses it: a bad value
         # is a mistake now, not at the first predict, deep in the loop.
         self.start_token = _checks.check_int(self, "start_token", start_token, 0, "an integer id")
@@ -152,27 +135,36 @@ class SearchDecoder(keras.layers.Layer):
         self.return_token_log_probs = _checks.check_bool(self, "return_token_log_probs", return_token_log_probs)
         self.method = method
         self.seed = seed
-        self.runtime_options = check_runtime_options(self, runtime_options, method, seed)
+        adopt_strategy(self, strategy, method, extra, locals(), keywords)
+        self.runtime_options = check_runtime_options(self, runtime_options, method, self.seed)
         self.return_alignments = bool(return_alignments)
-        self.seed_generator = keras.random.SeedGenerator(seed) if method == "sample" else None
+        draws = "seed" in strategies.registered()[method].fields()
+        self.seed_generator = keras.random.SeedGenerator(self.seed) if draws else None
         # The outputs have no time axis of the memory: no mask goes on.
         self.supports_masking = True
 
-    def decode_step(self, ids, states, prepared):
-        raise NotImplementedError(f"{type(self).__name__} must define decode_step(ids, states, prepared).")
+    def decode_step(self, ids, states, prepared, time, noise=None):
+        """One step of the protocol: `(logits (N, V), states, alignment (N, Ts)
+        or None)` for the previous ids `(N,)`, given `time`, the int32 scalar
+        index of the token being produced (the search's loop counter), and
+        `noise`, that step's slice of `step_noise` (or None)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must define decode_step(ids, states, prepared, time, noise=None)."
+        )
 
     def step_noise(self, rows, source_length):
         """The random numbers `decode_step` reads at each step, drawn before
-        the search's loop for all `max_length` steps: `(rows, max_length,
-        ...)`, step `t`'s slice passed as `decode_step(..., noise=)`; or None
-        (here: the step draws nothing)."""
+        the search's loop for all `max_length` steps: a nest of `(rows,
+        steps, ...)` tensors, step `t`'s slice (`noise_at`) passed as
+        `decode_step(..., noise=)`; or None (here: the step draws nothing)."""
         return None
 
     def option_defaults(self):
         """{run-time option: its value when a request does not set it}: the constructor's."""
-        values = {name: getattr(self, name) for name in RUNTIME_OPTIONS}
-        values["top_k"] = values["top_k"] or 0  # 0 keeps every token
-        return {name: values[name] for name in self.runtime_options}
+        values = {name: getattr(self, name) for name in self.runtime_options}
+        if "top_k" in values:
+            values["top_k"] = values["top_k"] or 0  # 0 keeps every token
+        return values
 
     def option_specs(self):
         """{run-time option: {"dtype", "default", "minimum", "strict", "maximum"}}:
@@ -247,7 +239,7 @@ class SearchDecoder(keras.layers.Layer):
     def search(
         self, prepared, initial_state, memory, memory_mask, allowed_tokens=None, target_prefix=None, options=None
     ):
-        """Run the configured search over `decode_step(ids, states, prepared)`.
+        """Run the configured search over `decode_step(ids, states, prepared, time, noise)`.
 
         `prepared` is what `decode_step` reads (tiled here for beam search),
         `memory` `(B, Ts, ...)` and `memory_mask` give the batch and the
@@ -267,25 +259,13 @@ class SearchDecoder(keras.layers.Layer):
             )
 
         rows = ops.shape(memory)[0] * (self.beam_width if self.method == "beam" else 1)
+        # The step's random numbers for every step, drawn before the loop (a
+        # seed generator advanced inside it leaks tracers on JAX and does not
+        # compile with XLA); the search's counter picks the step's slice.
         noise = self.step_noise(rows, ops.shape(memory)[1])
-        if noise is None:
 
-            def step(ids, states):
-                return self.decode_step(ids, states, prepared)
-
-        else:
-            # The step's random numbers for every step, drawn before the loop
-            # (a seed generator advanced inside it leaks tracers on JAX and
-            # does not compile with XLA). The step's time travels as one more
-            # state, one entry per row, which beam search reorders harmlessly.
-            initial_state = [*initial_state, ops.zeros((ops.shape(memory)[0],), "int32")]
-            last = self.max_length - 1
-
-            def step(ids, states):
-                *states, time = states
-                noise_now = ops.take(noise, ops.minimum(time[0], last), axis=1)
-                logits, states, alignment = self.decode_step(ids, states, prepared, noise=noise_now)
-                return logits, [*states, time + 1], alignment
+        def step(ids, states, time):
+            return self.decode_step(ids, states, prepared, time, noise=noise_at(noise, time))
 
         constrained = (
             self.min_length,
@@ -333,7 +313,11 @@ class SearchDecoder(keras.layers.Layer):
             return_token_log_probs=self.return_token_log_probs,
             length_limits=length_limits,
         )
-        return _SEARCHES[self.method](self, step, initial_state, common, option)
+        strategy = strategy_of(self)
+        runtime = {field.name: values[field.name] for field in strategy.runtime_fields if field.name in values}
+        if self.seed_generator is not None and "seed" not in runtime:
+            runtime["seed"] = self.seed_generator  # the layer's, saved with it
+        return strategy.search(step, initial_state, runtime, **common)
 
     def compute_mask(self, memory, previous_mask=None):
         return None
@@ -395,4 +379,5 @@ class SearchDecoder(keras.layers.Layer):
                 "runtime_options": list(self.runtime_options),
             }
         )
+        config.update(strategy_of(self).get_config())  # a new control's fields too
         return config

@@ -64,7 +64,8 @@ class StepwiseStep(_DecoderHalf):
 
     def call(self, ids, values, keys, memory_mask, states):
         memory = AttentionMemory(values, keys, memory_mask)
-        logits, states, alignment = self.decoder.decode_step(ops.cast(ids, "int32"), list(states), memory)
+        # time=None: the cell's step does not read the step index.
+        logits, states, alignment = self.decoder.decode_step(ops.cast(ids, "int32"), list(states), memory, None)
         outputs = {"logits": ops.cast(logits, "float32"), "alignment": ops.cast(alignment, "float32")}
         # Not `state_i`: an ONNX graph cannot have an output named as an input.
         outputs.update({f"next_state_{i}": state for i, state in enumerate(states)})

@@ -1,4 +1,7 @@
-"""In-graph decoding over any step function `step(ids, state) -> (logits, state)`.
+"""In-graph decoding over any step function `step(ids, state, time) -> (logits, state)`.
+
+Search strategies are objects too (`GreedySearch`, `SamplingSearch`,
+`BeamSearch`), registered by name: `get("beam")`.
 
 Greedy search, sampling and beam search run inside `keras.ops.while_loop`, so
 they compile with XLA and export, loop included, to SavedModel and ONNX.
@@ -25,10 +28,20 @@ from keras_attention.decoding.beams import beam_rows, gather_beams, gather_tree,
 from keras_attention.decoding.constraints import constrained_step, relative_max_lengths, top_p_filter
 from keras_attention.decoding.greedy import greedy_search, sampling_search
 from keras_attention.decoding.hashed_random import hashed_uniform
+from keras_attention.decoding.min_p import MinPSampling
+from keras_attention.decoding.runtime_fields import RuntimeField
+from keras_attention.decoding.strategies import BeamSearch, GreedySearch, SamplingSearch, SearchStrategy, get
 
 __all__ = [
     "LENGTH_CONVENTIONS",
     "NEG_INF",
+    "BeamSearch",
+    "GreedySearch",
+    "MinPSampling",
+    "RuntimeField",
+    "SamplingSearch",
+    "SearchStrategy",
+    "get",
     "beam_rows",
     "beam_search",
     "candidate_scores",

@@ -12,6 +12,7 @@ that is not penalised) is the empty tuple `ABSENT` in the loop variables:
 loop variables keep one layout whatever is carried.
 """
 
+import inspect
 import numbers
 
 import keras
@@ -29,12 +30,48 @@ def is_carried(value):
     return not (isinstance(value, tuple) and not value)
 
 
-def call_step(step_fn, ids, state):
-    """Run `step_fn(ids, state)`; returns `(logits, state, alignment or None)`."""
-    result = step_fn(ids, state)
+def timed_step(step_fn):
+    """`step_fn` as a step of the protocol, `step(ids, state, time)`.
+
+    Every search passes the step its loop counter, the int32 scalar index of
+    the token being produced (0 at the first step): the one clock a step
+    reads (constraints, pre-drawn noise, a cache position). A step written
+    before the protocol, `step(ids, state)`, still works: it is recognised
+    once here, by its signature, and called without the time. A step gets
+    the time when it has a third positional parameter without a default
+    (or one named `time`, or `*args`); one whose positional parameters
+    beyond two all have defaults (e.g. `training=False`) does not, so that
+    the time is never passed into a parameter that means something else.
+    """
+    try:
+        parameters = list(inspect.signature(step_fn).parameters.values())
+    except (TypeError, ValueError):  # no signature to read (a builtin): the protocol
+        return step_fn
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    takes_time = any(p.kind == p.VAR_POSITIONAL for p in parameters) or any(
+        index >= 2 and (p.default is p.empty or p.name == "time") for index, p in enumerate(positional)
+    )
+    if takes_time:
+        return step_fn
+    if len(positional) < 2:
+        raise ValueError(
+            "decoding: `step_fn` must take `(ids, state, time)` (or `(ids, state)`); "
+            f"got {getattr(step_fn, '__name__', type(step_fn).__name__)}{inspect.signature(step_fn)}."
+        )
+
+    def step_without_time(ids, state, time):
+        return step_fn(ids, state)
+
+    return step_without_time
+
+
+def call_step(step_fn, ids, state, time):
+    """Run `step_fn(ids, state, time)` (a step from `timed_step`); returns
+    `(logits, state, alignment or None)`."""
+    result = step_fn(ids, state, time)
     if not isinstance(result, (tuple, list)) or len(result) not in (2, 3):
         raise ValueError(
-            "decoding: `step_fn(ids, state)` must return `(logits, state)` or "
+            "decoding: `step_fn(ids, state, time)` must return `(logits, state)` or "
             f"`(logits, state, alignment)`; got {type(result).__name__} "
             f"{'of length ' + str(len(result)) if isinstance(result, (tuple, list)) else ''}."
         )
@@ -45,6 +82,12 @@ def call_step(step_fn, ids, state):
             f"decoding: `step_fn` must return logits of shape (batch, vocabulary); got shape {tuple(logits.shape)}."
         )
     return logits, new_state, alignment
+
+
+def first_time():
+    """The loop counter's value at the first step, outside the loop: an
+    int32 scalar tensor, as the loop's own counter is."""
+    return ops.convert_to_tensor(0, "int32")
 
 
 def log_probabilities(logits):

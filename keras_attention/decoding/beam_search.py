@@ -58,8 +58,9 @@ def beam_search(
     `early_stopping`, as soon as no running hypothesis can still beat the
     best finished one.
 
-    `step_fn(ids, state) -> (logits, state)` or `(logits, state, alignment)`
-    is called on `batch * beam_width` rows: `initial_state` (batch rows) is
+    `step_fn(ids, state, time) -> (logits, state)` or `(logits, state,
+    alignment)` (`time`: the loop's int32 scalar counter, the index of the
+    token being produced; a step without it is accepted too) is called on `batch * beam_width` rows: `initial_state` (batch rows) is
     tiled with `tile_batch` first, and state rows follow their hypotheses.
     Everything is `keras.ops` (no Python loop over time): it compiles with
     XLA and exports to SavedModel and ONNX.
@@ -116,6 +117,7 @@ def beam_search(
         `pad_token`, length 0, score and log-probability `-inf`, zero
         alignments.
     """
+    step_fn = _loop.timed_step(step_fn)
     max_length = _loop.check_max_length(max_length)
     beam_width = _checks.check_positive_int("beam_search", "beam_width", beam_width)
     alpha = _loop.option_rows(
@@ -188,7 +190,8 @@ def beam_search(
         return ops.reshape(tokens, (-1,)), reorder_beams(state, parents), chosen
 
     # First step outside the loop: it tells the source length for the buffers.
-    logits, state, alignment = _loop.call_step(step_fn, first_ids, state)
+    time = _loop.first_time()
+    logits, state, alignment = _loop.call_step(step_fn, first_ids, state, time)
     alignments = coverage = _loop.ABSENT
     if alignment is not None:
         source_length = ops.shape(alignment)[-1]
@@ -212,7 +215,7 @@ def beam_search(
             ops.zeros((batch, width, max_length), "float32") if return_token_log_probs else _loop.ABSENT
         ),
     }
-    next_ids, state, beams = advance(0, logits, alignment, state, beams)
+    next_ids, state, beams = advance(time, logits, alignment, state, beams)
 
     def cond(time, next_ids, state, beams):
         finished = beams["finished"]
@@ -230,7 +233,7 @@ def beam_search(
         return ops.logical_and(going, ops.logical_not(ops.all(decided)))
 
     def body(time, next_ids, state, beams):
-        logits, state, alignment = _loop.call_step(step_fn, next_ids, state)
+        logits, state, alignment = _loop.call_step(step_fn, next_ids, state, time)
         return (time + 1, *advance(time, logits, alignment, state, beams))
 
     _, _, _, beams = ops.while_loop(cond, body, (ops.convert_to_tensor(1, "int32"), next_ids, state, beams))

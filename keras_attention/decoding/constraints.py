@@ -15,8 +15,22 @@ from keras import ops
 
 from keras_attention import _checks
 from keras_attention.decoding import _loop
+from keras_attention.decoding.runtime_fields import RuntimeField
 
-__all__ = ["constrained_step", "relative_max_lengths", "top_p_filter"]
+__all__ = ["CONSTRAINT_FIELDS", "constrained_step", "relative_max_lengths", "top_p_filter"]
+
+# The constraints a request may set, whatever the search.
+CONSTRAINT_FIELDS = (
+    RuntimeField(
+        "min_length",
+        "int32",
+        0,
+        maximum="below max_length",
+        meaning="the end token is forbidden before this many tokens",
+    ),
+    RuntimeField("repetition_penalty", "float32", 1, meaning="CTRL repetition penalty"),
+    RuntimeField("no_repeat_ngram_size", "int32", 0, meaning="no n-gram twice (0: none)"),
+)
 
 
 def relative_max_lengths(source_lengths, ratio, offset, max_length):
@@ -67,7 +81,9 @@ def constrained_step(
     """Wrap `step_fn` so that its logits obey per-step constraints.
 
     Returns `(step, state)` to give a search in place of `(step_fn,
-    initial_state)`. At the step producing token `t` (0-based):
+    initial_state)`; `step(ids, state, time)` reads the search's own loop
+    counter `time` (no counter of its own rides in the state). At the step
+    producing token `t = time` (0-based):
 
     - `repetition_penalty` `r`: the logit `l` of a token already produced
       becomes `l / r` if positive, `l * r` if not (Keskar et al. 2019,
@@ -93,7 +109,8 @@ def constrained_step(
     they are fed, not here).
 
     Args:
-        step_fn: `step(ids, state) -> (logits, state[, alignment])`.
+        step_fn: `step(ids, state, time) -> (logits, state[, alignment])`
+            (or `step(ids, state)`, as the searches accept).
         initial_state: the step's initial state (batch rows).
         end_token: int.
         min_length: int >= 0, or `(batch,)` ints.
@@ -110,7 +127,7 @@ def constrained_step(
     Example:
 
     ```python
-    def step(ids, state):  # always prefers the end token (id 2)
+    def step(ids, state, time):  # always prefers the end token (id 2)
         return keras.ops.convert_to_tensor(np.tile([[0.0, 1.0, 5.0, 2.0]], (2, 1)), "float32"), state
 
     wrapped, state = keras_attention.decoding.constrained_step(
@@ -122,7 +139,7 @@ def constrained_step(
     end_token = _checks.check_int("decoding", "end_token", end_token, 0, "an integer id")
     suppress_tokens = check_suppress_tokens("decoding", suppress_tokens, end_token)
     batch = _loop.batch_size_of(0, initial_state)
-    constraints = {"time": ops.zeros((batch,), "int32")}
+    constraints = {}
     # A per-example value rides in the state, which the searches tile and
     # reorder with the hypotheses; a number stays a constant of the graph.
     min_length = _loop.option_rows(
@@ -163,32 +180,34 @@ def constrained_step(
             else ops.cast(prefix_lengths, "int32")
         )
 
-    def step(ids, state):
+    step_fn = _loop.timed_step(step_fn)
+
+    def step(ids, state, time):
         inner, extra = state
-        logits, inner, alignment = _loop.call_step(step_fn, ids, inner)
+        logits, inner, alignment = _loop.call_step(step_fn, ids, inner, time)
         logits = ops.cast(logits, "float32")
         extra = dict(extra)
         if "history" in extra:
             # `ids` are the tokens chosen at the previous step (the start token at the first).
             history = extra["history"]
             columns = ops.expand_dims(ops.arange(ops.shape(history)[1], dtype="int32"), 0)
-            written = ops.equal(columns, ops.expand_dims(extra["time"] - 1, 1))
+            written = ops.equal(columns, time - 1)
             extra["history"] = ops.where(written, ops.expand_dims(ops.cast(ids, "int32"), 1), history)
             if "suffix_matches" in extra:
-                extra["suffix_matches"] = _suffix_matches(extra["suffix_matches"], extra["history"], ids, extra["time"])
+                extra["suffix_matches"] = _suffix_matches(extra["suffix_matches"], extra["history"], ids, time)
             if penalizes:
                 penalty = extra.get("repetition_penalty", repetition_penalty)
                 logits = _penalize_repetitions(logits, extra["history"], penalty)
         forbidden = _forbidden(
             logits,
             extra,
+            time,
             end_token,
             extra.get("min_length", min_length),
             suppress_tokens,
             extra.get("ngram_size", no_repeat_ngram_size),
         )
         logits = ops.where(forbidden, _loop.NEG_INF, logits)
-        extra["time"] = extra["time"] + 1
         if alignment is None:
             return logits, (inner, extra)
         return logits, (inner, extra), alignment
@@ -217,7 +236,8 @@ def _penalize_repetitions(logits, history, penalty):
 def _suffix_matches(previous, history, ids, time):
     """`(N, L)` int: entry `j` is the length of the longest common suffix of
     the tokens `0..j` and `0..time-1` (the latest, `ids`, just written at
-    `time - 1`), for `j < time - 1`; 0 elsewhere.
+    `time - 1`; `time` the search's scalar counter), for `j < time - 1`; 0
+    elsewhere.
 
     One step of the recurrence `S[j] = (h[j] == h[t-1]) * (1 + S_prev[j-1])`,
     so n-gram blocking costs `O(L)` a step whatever `n`, and `n` may differ
@@ -227,7 +247,7 @@ def _suffix_matches(previous, history, ids, time):
     columns = ops.expand_dims(ops.arange(ops.shape(history)[1], dtype="int32"), 0)
     extends = ops.logical_and(
         ops.equal(history, ops.expand_dims(ops.cast(ids, "int32"), 1)),
-        ops.less(columns, ops.expand_dims(time - 1, 1)),
+        ops.less(columns, time - 1),
     )
     return ops.where(extends, shifted + 1, 0)
 
@@ -250,12 +270,12 @@ def _repeated_ngram_ends(history, suffix_matches, n, vocabulary):
     return ops.logical_or(forbidden, ops.logical_and(ops.equal(n, 1), produced))
 
 
-def _forbidden(logits, extra, end_token, min_length, suppress_tokens, no_repeat_ngram_size):
-    """`(N, V)` bool: the tokens this step may not produce."""
+def _forbidden(logits, extra, time, end_token, min_length, suppress_tokens, no_repeat_ngram_size):
+    """`(N, V)` bool (or `(1, V)`, the same for every row): the tokens this
+    step, producing token `time` (the search's scalar counter), may not produce."""
     vocabulary = ops.shape(logits)[-1]
     token = ops.expand_dims(ops.arange(vocabulary, dtype="int32"), 0)  # (1, V)
     is_end = ops.equal(token, end_token)
-    time = ops.expand_dims(extra["time"], 1)  # (N, 1)
     if _loop.is_rows(min_length):
         min_length = ops.expand_dims(min_length, 1)
     forbidden = ops.logical_and(is_end, ops.less(time, min_length))
@@ -276,7 +296,7 @@ def _forbidden(logits, extra, end_token, min_length, suppress_tokens, no_repeat_
         prefix = extra["prefix"]
         in_prefix = ops.less(time, ops.expand_dims(extra["prefix_lengths"], 1))  # (N, 1)
         column = ops.minimum(time, ops.shape(prefix)[1] - 1)
-        forced = ops.take_along_axis(prefix, ops.maximum(column, 0), axis=1)  # (N, 1)
+        forced = ops.expand_dims(ops.take(prefix, ops.maximum(column, 0), axis=1), 1)  # (N, 1)
         # Logical ops, not a select: onnxruntime has no boolean Where.
         forbidden = ops.logical_or(
             ops.logical_and(in_prefix, ops.not_equal(token, forced)),

@@ -25,6 +25,7 @@ def _single_path_search(
     return_token_log_probs=False,
     length_limits=None,
 ):
+    step_fn = _loop.timed_step(step_fn)
     max_length = _loop.check_max_length(max_length)
     end_token, pad_token = _loop.check_tokens(end_token, pad_token)
     batch = _loop.batch_size_of(start_tokens, initial_state)
@@ -56,12 +57,13 @@ def _single_path_search(
 
     # The first step runs outside the loop: it tells the alignment length
     # (the memory length), which the alignment buffer must be allocated with.
-    logits, state, alignment = _loop.call_step(step_fn, first_ids, initial_state)
+    time = _loop.first_time()
+    logits, state, alignment = _loop.call_step(step_fn, first_ids, initial_state, time)
     alignments = _loop.ABSENT
     if alignment is not None and return_alignments:
         alignments = ops.zeros((batch, max_length, ops.shape(alignment)[-1]), "float32")
     token, *carried = advance(
-        0,
+        time,
         logits,
         alignment,
         ops.zeros((batch,), "bool"),
@@ -76,7 +78,7 @@ def _single_path_search(
         return ops.logical_and(ops.less(time, max_length), ops.logical_not(ops.all(finished)))
 
     def body(time, token, state, *carried):
-        logits, state, alignment = _loop.call_step(step_fn, token, state)
+        logits, state, alignment = _loop.call_step(step_fn, token, state, time)
         token, *carried = advance(time, logits, alignment, *carried)
         return (time + 1, token, state, *carried)
 
@@ -103,9 +105,14 @@ def greedy_search(
 ):
     """Greedy decoding inside the graph: at each step take the most likely token.
 
-    `step_fn(ids, state) -> (logits, state)` (or `(logits, state, alignment)`)
-    advances every hypothesis by one token: `ids` is `(batch,)` int32,
-    `logits` is `(batch, vocabulary)`, `alignment` is `(batch, source_length)`.
+    `step_fn(ids, state, time) -> (logits, state)` (or `(logits, state,
+    alignment)`) advances every hypothesis by one token: `ids` is `(batch,)`
+    int32, `time` the int32 scalar index of the token being produced (the
+    loop's own counter, 0 first), `logits` is `(batch, vocabulary)`,
+    `alignment` is `(batch, source_length)`. A step written without the
+    time, `step_fn(ids, state)`, is accepted too: it is recognised once, by
+    its signature (no third positional parameter without a default), and
+    called without it.
     The loop is a `keras.ops.while_loop` that stops after `max_length` steps
     or once every sequence has produced `end_token`; it compiles with XLA and
     exports to SavedModel and ONNX.

@@ -237,14 +237,18 @@ class PointerNetwork(keras.layers.Layer):
     def decoding_step(self, inputs, mask=None):
         """`(step_fn, initial_state)` for the searches of `keras_attention.decoding`.
 
-        `step_fn(ids, state) -> (logits (N, Ts + 1), state)`: `ids` are the
-        previous pointer ids (start with `END`, i.e. `start_tokens=0`, and
+        `step_fn(ids, state, time) -> (logits (N, Ts + 1), state)`: `ids` are
+        the previous pointer ids (start with `END`, i.e. `start_tokens=0`, and
         use `end_token=0`). The state holds the LSTM state, the chosen
         positions and the encoded memory, so beam search can tile and reorder
         it like any state. The memory's projection is computed here, once.
         """
         constants, state = self._decoding_start(inputs, mask)
-        return self._step_function(ops.shape(constants["valid"])[1]), {**state, **constants}
+
+        def step_fn(ids, state, time):
+            return self.decode_step(ids, state, state, time)
+
+        return step_fn, {**state, **constants}
 
     def _decoding_start(self, inputs, mask):
         """The per-sequence constants (encoded elements, projected keys, valid
@@ -257,30 +261,24 @@ class PointerNetwork(keras.layers.Layer):
         state = {"h": state_h, "c": state_c, "chosen": ops.zeros(ops.shape(valid), "bool")}
         return constants, state
 
-    def _step_function(self, positions, constants=None):
-        """The decoding step over `positions` (Ts + 1) positions; it reads the
-        constants from its state unless they are given (then the loop need
-        not carry, nor beam search reorder, them at every step)."""
-        indices = ops.arange(positions, dtype="int32")
-        mask_chosen = self.mask_chosen
-        cell = self.decoder.cell
-        pointer = self.pointer
-
-        def step_fn(ids, state):
-            given = state if constants is None else constants
-            ids = ops.cast(ids, "int32")
-            chosen = state["chosen"]
-            if mask_chosen:
-                picked = ops.equal(ops.expand_dims(ids, 1), indices)
-                chosen = ops.logical_or(chosen, ops.logical_and(picked, ops.greater(indices, END)))
-            element = ops.take_along_axis(given["elements"], ops.reshape(ids, (-1, 1, 1)), axis=1)[:, 0]
-            output, (state_h, state_c) = cell(element, [state["h"], state["c"]])
-            allowed = ops.logical_and(given["valid"], ops.logical_not(chosen))
-            logits = pointer.pointer_logits(output, given["keys"], allowed)
-            new_state = dict(state, h=state_h, c=state_c, chosen=chosen)
-            return logits, new_state
-
-        return step_fn
+    def decode_step(self, ids, states, prepared, time, noise=None):
+        """One decoding step, the decoders' protocol: `(logits (N, Ts + 1),
+        new states)` for the previous pointer ids `(N,)`, the states `{"h",
+        "c", "chosen"}` (other entries pass through) and the prepared
+        constants `{"elements", "keys", "valid"}` of `_decoding_start`
+        (tiled for beam search). `time`, the search's counter, and `noise`
+        are not read: the step draws nothing and needs no position."""
+        ids = ops.cast(ids, "int32")
+        indices = ops.arange(ops.shape(prepared["valid"])[1], dtype="int32")
+        chosen = states["chosen"]
+        if self.mask_chosen:
+            picked = ops.equal(ops.expand_dims(ids, 1), indices)
+            chosen = ops.logical_or(chosen, ops.logical_and(picked, ops.greater(indices, END)))
+        element = ops.take_along_axis(prepared["elements"], ops.reshape(ids, (-1, 1, 1)), axis=1)[:, 0]
+        output, (state_h, state_c) = self.decoder.cell(element, [states["h"], states["c"]])
+        allowed = ops.logical_and(prepared["valid"], ops.logical_not(chosen))
+        logits = self.pointer.pointer_logits(output, prepared["keys"], allowed)
+        return logits, dict(states, h=state_h, c=state_c, chosen=chosen)
 
     def decode(self, inputs, mask=None, max_length=None, beam_width=None):
         """Decode in the graph; returns `keras_attention.decoding`'s result dict.
@@ -295,11 +293,11 @@ class PointerNetwork(keras.layers.Layer):
         beam_width = self.beam_width if beam_width is None else beam_width
         max_length, beam_width = self._check_decoding(max_length, beam_width)
         constants, state = self._decoding_start(inputs, mask)
-        positions = ops.shape(constants["valid"])[1]
         if beam_width is None:
-            return greedy_search(self._step_function(positions, constants), state, END, END, max_length)
-        # Every beam reads its own copy of its example's constants, tiled once.
-        step_fn = self._step_function(positions, tile_batch(constants, beam_width))
+            return greedy_search(self._stepper(constants), state, END, END, max_length)
+        # Every beam reads its own copy of its example's constants, tiled once
+        # (the loop then need not carry, nor beam search reorder, them).
+        step_fn = self._stepper(tile_batch(constants, beam_width))
         # beam_search blanks the beams it has no valid hypothesis for.
         return beam_search(
             step_fn,
@@ -310,6 +308,12 @@ class PointerNetwork(keras.layers.Layer):
             beam_width,
             length_penalty_weight=self.length_penalty_weight,
         )
+
+    def _stepper(self, constants):
+        def step_fn(ids, state, time):
+            return self.decode_step(ids, state, constants, time)
+
+        return step_fn
 
     # ------------------------------------------------------------------ call
 
