@@ -17,6 +17,15 @@ and keeps the one with the lowest dev WER (on equal WER the lower PER; on
 equal both, the earlier in that order), so it never does worse on dev than
 its best model. The choice is printed and recorded in the results with
 every system's dev and test figures; test never takes part in it.
+
+Measured on 800 Dutch training words (`train.py sigmorphon --languages dut
+--train-words 800`, the medium settings, four models): before, three of
+the four models stopped after 7 epochs with their first epoch's weights
+(dev WER 100% throughout; `training.dev_score` now also reads PER) and the
+rescored ensemble scored 92.4% test WER against 83.7% for its one trained
+model, which this choice picks on those models. With every model trained,
+the rescored ensemble scores 68.3% (the best models alone: 75.6% and 77.0%)
+and is the one chosen.
 """
 
 import time
