@@ -136,6 +136,11 @@ def _onnx_path(directory, signature, precision):
     return path
 
 
+def _has_zero_steps(feeds):
+    """Whether a sequence input (rank 2 or more) has no positions: `(B, 0, ...)`."""
+    return any(array.ndim >= 2 and array.shape[1] == 0 for array in feeds.values())
+
+
 class _OnnxSignature:
     """One signature of an export, loaded in onnxruntime: `feeds` checks and
     tokenises inputs, `run` runs the model once, `texts` detokenises ids.
@@ -196,11 +201,14 @@ class _OnnxSignature:
         try:
             values = self.session.run(None, feeds)
         except Exception as error:  # onnxruntime's own exception types
-            if ZERO_STEPS_REFUSED in str(error):
+            # The fused LSTM nodes refuse zero steps by name; a recurrent loop
+            # tf2onnx converted fails in onnxruntime's own terms (a Squeeze of
+            # the empty time axis). Keras and the SavedModel refuse both.
+            if ZERO_STEPS_REFUSED in str(error) or _has_zero_steps(feeds):
                 raise ValueError(
                     f"run_onnx: signature {self.signature!r} refuses an input of zero steps "
-                    f"(inputs { ({n: list(v.shape) for n, v in feeds.items()}) }), as Keras's LSTM does: "
-                    "give every source at least one position."
+                    f"(inputs { ({n: list(v.shape) for n, v in feeds.items()}) }), as Keras's recurrent layers "
+                    "do: give every source at least one position."
                 ) from error
             raise RuntimeError(
                 f"run_onnx: onnxruntime failed on signature {self.signature!r} with inputs "
@@ -267,8 +275,9 @@ def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, threads=None, preci
     nested list of numbers, another rank, non-integers for integer ids, ids
     outside the model's embedding table, an option outside its bounds (e.g.
     `top_p` outside (0, 1], `min_length` not below `max_length`), or a
-    source of zero steps fed to an LSTM run as a fused node (Keras refuses
-    it too); RuntimeError when onnxruntime fails on valid inputs.
+    source of zero steps that the model's recurrent layers cannot run
+    (Keras refuses it too); RuntimeError when onnxruntime fails on valid
+    inputs.
 
     Example:
 
