@@ -136,11 +136,6 @@ def _onnx_path(directory, signature, precision):
     return path
 
 
-def _has_zero_steps(feeds):
-    """Whether a sequence input (rank 2 or more) has no positions: `(B, 0, ...)`."""
-    return any(array.ndim >= 2 and array.shape[1] == 0 for array in feeds.values())
-
-
 class _OnnxSignature:
     """One signature of an export, loaded in onnxruntime: `feeds` checks and
     tokenises inputs, `run` runs the model once, `texts` detokenises ids.
@@ -204,11 +199,18 @@ class _OnnxSignature:
             # The fused LSTM nodes refuse zero steps by name; a recurrent loop
             # tf2onnx converted fails in onnxruntime's own terms (a Squeeze of
             # the empty time axis). Keras and the SavedModel refuse both.
-            if ZERO_STEPS_REFUSED in str(error) or _has_zero_steps(feeds):
+            empty = [name for name, array in feeds.items() if array.ndim >= 2 and array.shape[1] == 0]
+            if ZERO_STEPS_REFUSED in str(error) or empty:
+                why = (
+                    "as Keras's LSTM does"
+                    if ZERO_STEPS_REFUSED in str(error)
+                    else f"onnxruntime cannot run {', '.join(map(repr, empty))} without positions, as Keras's "
+                    "recurrent layers cannot run zero steps"
+                )
                 raise ValueError(
                     f"run_onnx: signature {self.signature!r} refuses an input of zero steps "
-                    f"(inputs { ({n: list(v.shape) for n, v in feeds.items()}) }), as Keras's recurrent layers "
-                    "do: give every source at least one position."
+                    f"(inputs { ({n: list(v.shape) for n, v in feeds.items()}) }), {why}: give every sequence "
+                    "input at least one position."
                 ) from error
             raise RuntimeError(
                 f"run_onnx: onnxruntime failed on signature {self.signature!r} with inputs "
