@@ -72,9 +72,11 @@ from collections.abc import Callable, Mapping
 
 from keras_attention.export import onnx_format, saved_model_format
 
-# Installed packages name their formats here: `[project.entry-points."keras_attention.export_formats"]`,
-# `name = "package.module:FORMAT"`, FORMAT an `ExportFormat` (registered under the entry point's name).
 ENTRY_POINT_GROUP = "keras_attention.export_formats"
+"""The entry-point group through which installed packages add formats:
+`[project.entry-points."keras_attention.export_formats"]` with `name =
+"package.module:FORMAT"`, FORMAT an `ExportFormat`, registered under the
+entry point's name the first time the registry is consulted."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +171,6 @@ register_format(
     onnx_format.measure_quantized,
     options={"opset": onnx_format.check_opset, "quantize": onnx_format.check_quantize},
 )
-# What `export_model` and the command write when no format is named: the
-# built-in ones (an installed plugin is written when asked for).
 FORMATS = tuple(_REGISTRY)
+"""The built-in formats, what `export_model` and the command write when no
+format is named (an installed plugin's is written when asked for)."""
