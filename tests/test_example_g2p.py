@@ -192,6 +192,33 @@ def test_bidirectional_pronouncer_picks_the_best_mean_score_among_both_direction
     assert not bidirectional.reads_right_to_left(1, "left-to-right")
 
 
+def test_bidirectional_pronouncer_never_elects_an_empty_pronunciation():
+    # A model that never learnt (one of four, say) ends at once: its beam
+    # proposes the empty pronunciation, which every flat-scoring model finds
+    # likelier than any real one (one step against several).
+    bidirectional = examples.load("g2p.bidirectional")
+    letters = Vocabulary.build(["ab"], unknown_token="<unk>")
+    phone_vocabulary = Vocabulary.build(["A B"], separator=" ", start_token="<s>", end_token="</s>")
+    learnt = _FixedBeam({"ab": [(["A", "B"], -0.2), (["A"], -3.0)]}, phone_vocabulary)
+    untrained = _FixedBeam({"ab": [([], -0.7), (["B"], -2.0)]}, phone_vocabulary)
+    learnt.words = untrained.words = ["ab"]
+    scores = {("ab", ("A", "B")): -0.2, ("ab", ("A",)): -3.0, ("ab", ()): -3.5, ("ab", ("B",)): -6.0}
+    flat = {("ab", ("A", "B")): -4.5, ("ab", ("A",)): -3.0, ("ab", ()): -0.7, ("ab", ("B",)): -2.0}
+    # Read reversed by the right-to-left model: ("B", "A") is "A B".
+    flat_backward = {("ab", tuple(reversed(tokens))): value for (_, tokens), value in flat.items()}
+    pronouncer = bidirectional.BidirectionalPronouncer(
+        {"left-to-right": learnt, "right-to-left": untrained},
+        [_TableTrainer(scores, letters, phone_vocabulary), _TableTrainer(flat_backward, letters, phone_vocabulary)],
+        [False, True],
+        letters,
+        phone_vocabulary,
+    )
+    # The empty proposal (sum -4.2, the best of all) is not among them;
+    # "A B" (-4.7) beats "A" (-6.0) and "B" (-8.0).
+    assert pronouncer.proposals(["ab"]) == [[["A", "B"], ["A"], ["B"]]]
+    assert pronouncer.pronounce(["ab"]) == [["A", "B"]]
+
+
 def test_sigmorphon_smoke_trains_a_bidirectional_ensemble(tmp_path):
     run("sigmorphon", "--smoke", "--languages", "vie_hanoi", "--ensemble", "2", "--out", tmp_path)
     entry = json.loads((tmp_path / "results.json").read_text())["languages"]["vie_hanoi"]

@@ -2,9 +2,11 @@
 file alone registers it) is written, verified and placed by `export_model`
 like the built-in ones; unknown names are refused with the known ones."""
 
+import importlib.metadata
 import inspect
 import json
 import re
+import warnings
 
 import keras
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 
 import keras_attention as ka
 from keras_attention.export import ExportError, export_model, formats, support
+from keras_attention.export import cli as export_cli
 from tests.layer_cases import randomize_model
 
 pytestmark = pytest.mark.any_backend
@@ -53,6 +56,10 @@ def keras_file_runner(context, shift=0.0):
         }
 
     return run
+
+
+# What an installed package's entry point names (test_an_installed_plugin_...).
+KERAS_FILE_FORMAT = formats.ExportFormat(KERAS_FILE, write_keras_files, keras_file_runner)
 
 
 @pytest.fixture
@@ -136,3 +143,127 @@ def test_the_registry_example_runs():
     exec(compile(example, "<formats example>", "exec"), {})
     assert formats.registered_formats() == ("saved_model", "onnx")
     assert ka.export.register_format is formats.register_format
+
+
+def test_the_example_runner_runs_the_written_file_not_the_exported_model(tmp_path):
+    """A runner that loaded the weights into `signature.model` would agree with
+    Keras whatever was written; the example's fresh copy notices a wrong file."""
+    (example,) = re.findall(r"```python\n(.*?)```", inspect.getdoc(formats), re.S)
+    namespace = {}
+    exec(compile(example, "<formats example>", "exec"), namespace)
+
+    def write_wrong_weights(context):
+        paths = namespace["write_weights"](context)
+        for signature in context.signatures:
+            weights = [w + 0.5 for w in signature.model.get_weights()]
+            np.savez(context.staging / f"{signature.name}.weights.npz", *weights)
+        return paths
+
+    formats.register_format("npz_weights", write_wrong_weights, namespace["run_weights"])
+    model = _model()
+    before = [w.copy() for w in model.get_weights()]
+    try:
+        with pytest.raises(ExportError, match=r"npz_weights signature 'serving_default' output '(logits|aux)'"):
+            export_model(model, tmp_path / "export", formats=["npz_weights"])
+    finally:
+        formats.unregister_format("npz_weights")
+    for saved, now in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(saved, now)  # the exported model is not touched
+
+
+def test_a_format_declares_the_options_it_reads(tmp_path):
+    seen = []
+
+    def write(context):
+        seen.append(context.options)
+        return write_keras_files(context)
+
+    def check_opset(value):
+        if value > 17:
+            raise ValueError(f"`opset` of the toy format must be at most 17; got {value!r}.")
+        return {"opset": value}
+
+    formats.register_format(KERAS_FILE, write, keras_file_runner, options={"opset": check_opset})
+    try:
+        export_model(_model(), tmp_path / "a", formats=[KERAS_FILE], opset=15)
+        assert seen == [{KERAS_FILE: {"opset": {"opset": 15}}}]
+        with pytest.raises(ValueError, match=r"`opset` of the toy format must be at most 17; got 18"):
+            export_model(_model(), tmp_path / "b", formats=[KERAS_FILE], opset=18)
+        formats.register_format(KERAS_FILE, write_keras_files, keras_file_runner, replace=True)
+        # An option no requested format reads is refused unless left at its default.
+        with pytest.raises(
+            ValueError,
+            match=r"`opset=15` is an option of the format\(s\) \['onnx'\], but `formats` is \['keras_file'\]",
+        ):
+            export_model(_model(), tmp_path / "c", formats=[KERAS_FILE], opset=15)
+        with pytest.raises(ValueError, match=r"`options` of format 'toy' must be \{export_model option name"):
+            formats.register_format("toy", write_keras_files, keras_file_runner, options={"opset": 3})
+        export_model(_model(), tmp_path / "d", formats=[KERAS_FILE])
+    finally:
+        formats.unregister_format(KERAS_FILE)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "d"]
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    """`installed(*entry_points)`: the registry as a new process sees it with
+    packages declaring those entry points installed."""
+    original = importlib.metadata.entry_points
+
+    def install(*entries):
+        def entry_points(**selection):
+            if selection.get("group") == formats.ENTRY_POINT_GROUP:
+                return list(entries)
+            return original(**selection)
+
+        monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+        monkeypatch.setattr(formats, "_PLUGINS_READ", False)
+
+    yield install
+    for name in set(formats.registered_formats()) - set(ka.export.FORMATS):
+        formats.unregister_format(name)
+
+
+def test_an_installed_plugin_is_registered_and_the_command_offers_it(tmp_path, installed):
+    def entry(name, value):
+        return importlib.metadata.EntryPoint(name=name, value=value, group=formats.ENTRY_POINT_GROUP)
+
+    installed(
+        entry(KERAS_FILE, "tests.test_export_formats:KERAS_FILE_FORMAT"),
+        entry("missing", "tests.test_export_formats:NO_SUCH_FORMAT"),
+        entry("not_a_format", "tests.test_export_formats:KERAS_FILE"),
+        entry("onnx", "tests.test_export_formats:KERAS_FILE_FORMAT"),
+    )
+    model_path = tmp_path / "model.keras"
+    _model().save(model_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # The installed command's parser is the first to consult the registry.
+        assert export_cli.main([str(model_path), str(tmp_path / "export"), "--formats", KERAS_FILE]) == 0
+    messages = sorted(str(w.message) for w in caught if "export format plugin" in str(w.message))
+    assert len(messages) == 3, messages
+    assert messages[0].startswith(
+        "export format plugin 'missing' (tests.test_export_formats:NO_SUCH_FORMAT) not registered: AttributeError"
+    )
+    assert messages[1].startswith(
+        "export format plugin 'not_a_format' (tests.test_export_formats:KERAS_FILE) not registered: TypeError: it names 'keras_file', not a"
+    )
+    assert (
+        messages[2]
+        == "export format plugin 'onnx' (tests.test_export_formats:KERAS_FILE_FORMAT) not registered: the name is taken."
+    )
+    assert formats.registered_formats() == ("saved_model", "onnx", KERAS_FILE)
+    assert formats.get_format(KERAS_FILE).writer is write_keras_files
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["report.json", "serving_default.keras"]
+    saved = json.loads((tmp_path / "export" / "report.json").read_text())
+    assert saved["formats"] == [KERAS_FILE] and saved["ok"] is True
+
+
+def test_the_plugin_api_is_public_and_its_examples_run():
+    assert {"ExportContext", "ExportFormat", "Signature", "get_format", "ENTRY_POINT_GROUP"} <= set(ka.export.__all__)
+    assert ka.export.get_format("onnx").options.keys() == {"opset", "quantize"}
+    assert ka.export.get_format("saved_model").options == {}
+    for documented in (ka.export.ExportContext, ka.export.Signature):
+        (example,) = re.findall(r"```python\n(.*?)```", inspect.getdoc(documented), re.S)
+        exec(compile(example, f"<{documented.__name__} example>", "exec"), {})
+    assert formats.registered_formats() == ("saved_model", "onnx")

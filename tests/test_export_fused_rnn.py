@@ -111,6 +111,10 @@ except Exception as error:
 """
 
 
+# The serve command, as the installed `keras-attention-serve` runs it.
+_SERVE = "import sys; from keras_attention.export.serve_cli import main; sys.exit(main(sys.argv[1:]))"
+
+
 def _greedy_over_lstm():
     keras.utils.set_random_seed(7)
     source = keras.Input((None,), dtype="int32", name="source")
@@ -154,10 +158,9 @@ def test_a_zero_width_source_is_refused_not_a_crash(tmp_path):
         ValueError, match=r"signature 'serving_default' refuses an input of zero steps \(inputs \{'source': \[2, 0\]"
     ):
         run_onnx(tmp_path / "export", {"source": np.ones((2, 0), "int32")}, precision="int8")
-    command = "import sys; from keras_attention.export.serve_cli import main; sys.exit(main(sys.argv[1:]))"
     for precision in ("float32", "int8"):
         served = subprocess.run(
-            [sys.executable, "-c", command, str(tmp_path / "export"), "--inputs", '{"source": [[], []]}']
+            [sys.executable, "-c", _SERVE, str(tmp_path / "export"), "--inputs", '{"source": [[], []]}']
             + ["--runs", "0", "--precision", precision],
             capture_output=True,
             text=True,
@@ -169,6 +172,51 @@ def test_a_zero_width_source_is_refused_not_a_crash(tmp_path):
             .splitlines()[-1]
             .startswith("error: run_onnx: signature 'serving_default' refuses an input of zero steps")
         ), served.stderr[-500:]
+
+
+def test_a_zero_width_source_over_a_recurrent_loop_gets_the_same_refusal(tmp_path):
+    """A masked GRU stays a converted loop, which onnxruntime stops on a
+    zero-width source in its own terms (a Squeeze of the empty time axis);
+    served, that is the fused LSTM's ValueError, not a RuntimeError full of
+    onnxruntime's internals. Keras refuses it too; a batch of 0 or 1 rows
+    with positions is served."""
+    keras.utils.set_random_seed(7)
+    source = keras.Input((None,), dtype="int32", name="source")
+    memory = keras.layers.GRU(8, return_sequences=True)(keras.layers.Embedding(12, 6, mask_zero=True)(source))
+    cell = ka.AttentionGRUCell(8, ka.GeneralAttention())
+    decoded = ka.InferenceDecoder(cell, keras.layers.Embedding(9, 5), keras.layers.Dense(9), 1, 2, 6)(memory)
+    model = keras.Model(source, {"ids": decoded["ids"], "scores": decoded["scores"]})
+    for shape in [(2, 0), (0, 0)]:
+        with pytest.raises(Exception, match="GRU"):
+            model(np.ones(shape, "int32"))
+    report = export_model(model, tmp_path / "export", formats=["onnx"], quantize="int8")
+    assert not any("fused LSTM nodes" in note for note in report.notes), report.notes
+    for precision in ("float32", "int8"):
+        for shape in [(2, 0), (0, 0)]:
+            with pytest.raises(
+                ValueError, match=r"signature 'serving_default' refuses an input of zero steps"
+            ) as error:
+                run_onnx(tmp_path / "export", {"source": np.ones(shape, "int32")}, precision=precision)
+            assert f"{{'source': {list(shape)}}}" in str(error.value) and "ONNXRuntime" not in str(error.value)
+            assert "cannot run 'source' without positions" in str(error.value)
+        for ids in ([[3, 4, 5]], np.zeros((0, 3), "int32")):
+            got = run_onnx(tmp_path / "export", {"source": ids}, precision=precision)["outputs"]["ids"]
+            want = np.asarray(model(np.asarray(ids, "int32"))["ids"])
+            assert got.shape == want.shape == (len(want), 6)
+            if precision == "float32":
+                np.testing.assert_array_equal(got, want)
+    served = subprocess.run(
+        [sys.executable, "-c", _SERVE, str(tmp_path / "export"), "--inputs", '{"source": [[], []]}', "--runs", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert served.returncode == 1, (served.returncode, served.stderr[-500:])
+    assert (
+        served.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: run_onnx: signature 'serving_default' refuses an input of zero steps")
+    ), served.stderr[-500:]
 
 
 def test_unmasked_layers_keep_every_step_and_serve_an_empty_batch(tmp_path):

@@ -126,7 +126,8 @@ def test_bad_quantize_and_precision_values_are_named(dense_export, tmp_path):
     with pytest.raises(ValueError, match=r"`quantize` must be None or one of \['int8'\]; got 'int4'"):
         export_model(model, tmp_path / "a", quantize="int4")
     with pytest.raises(
-        ValueError, match=r"`quantize='int8'` quantizes the ONNX files, but `formats` is \['saved_model'\]"
+        ValueError,
+        match=r"`quantize='int8'` is an option of the format\(s\) \['onnx'\], but `formats` is \['saved_model'\]",
     ):
         export_model(model, tmp_path / "b", formats=["saved_model"], quantize="int8")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -1,7 +1,10 @@
 """The top-level setup.py shim: a build through it reads pyproject.toml's metadata.
 
-The source is copied to a temporary folder first, so the build writes no
-`build/` or `.egg-info` into the checkout.
+The checkout's tracked files are copied to a temporary folder first (the
+build writes no `build/` or `.egg-info` into the checkout), data sets
+aside: the copy holds the other packages (tests/, and examples/,
+benchmarks/, tools/ where they are packages), so that the wheel leaving
+them out is a finding, not a given.
 """
 
 import configparser
@@ -36,13 +39,33 @@ def _setuptools_or_skip():
         )
 
 
+# Tracked folders of data sets (megabytes the build never reads).
+DATA = ("data",)
+
+
+def _tracked_files():
+    """The checkout's tracked files, relative paths, those under `DATA` aside;
+    without git (an unpacked source archive), every file but caches."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60)
+        names = [name for name in listed.stdout.decode().split("\0") if name]
+    except (OSError, subprocess.CalledProcessError):
+        skipped = {".git", ".venv", "__pycache__", "build"}
+        names = [
+            p.relative_to(ROOT).as_posix()
+            for p in ROOT.rglob("*")
+            if p.is_file() and not skipped & set(p.relative_to(ROOT).parts)
+        ]
+    return [name for name in names if name.split("/")[0] not in DATA and (ROOT / name).is_file()]
+
+
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     _setuptools_or_skip()
     copy = tmp_path_factory.mktemp("source")
-    for name in ("setup.py", "pyproject.toml", "README.md"):
+    for name in _tracked_files():
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, copy / name)
-    shutil.copytree(ROOT / "keras_attention", copy / "keras_attention", ignore=shutil.ignore_patterns("__pycache__"))
     return copy
 
 
@@ -78,6 +101,9 @@ def test_a_wheel_built_through_the_shim_installs_the_package_and_its_commands(so
     assert metadata["Name"] == PYPROJECT["project"]["name"]
     assert metadata["Version"] == keras_attention.__version__
     assert dict(entry_points["console_scripts"]) == PYPROJECT["project"]["scripts"]
+    # The copy holds other packages (tests/ at least): the wheel ships the library alone.
+    packages = {p.parent.name for p in source.glob("*/__init__.py")}
+    assert {"keras_attention", "tests"} <= packages, packages
     assert {name.split("/")[0] for name in names} == {"keras_attention", dist_info}, "only the library is shipped"
     modules = {p.relative_to(source).as_posix() for p in (source / "keras_attention").rglob("*.py")}
     assert modules <= set(names), sorted(modules - set(names))

@@ -71,7 +71,7 @@ class BidirectionalPronouncer:
         self.letters, self.phones = letters, phones
 
     def proposals(self, words):
-        """Per word, the distinct pronunciations both directions' beams propose."""
+        """Per word, the distinct non-empty pronunciations both directions' beams propose."""
         found = [[] for _ in words]
         for direction, beam in self.beams.items():
             output = {
@@ -82,7 +82,10 @@ class BidirectionalPronouncer:
                     tokens = list(hypothesis["tokens"])
                     if direction == "right-to-left":
                         tokens.reverse()
-                    if tokens not in found[index]:
+                    # No word is pronounced with no phone; an untrained
+                    # model proposes that (its end token is the likeliest
+                    # first symbol), and its flat scores would elect it.
+                    if tokens and tokens not in found[index]:
                         found[index].append(tokens)
         return found
 

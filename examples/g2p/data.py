@@ -96,3 +96,16 @@ def pairs(lexicon):
 def subset(lexicon, count):
     """The first `count` words (in sorted order), for smoke runs."""
     return {word: lexicon[word] for word in sorted(lexicon)[:count]}
+
+
+def sample(lexicon, count, seed=0):
+    """`count` words drawn at random (the same ones for the same seed), with
+    all their pronunciations: a small lexicon of the language, not the first
+    letters of its alphabet as `subset` gives."""
+    if not 0 < count <= len(lexicon):
+        raise ValueError(f"sample: `count` must be between 1 and the lexicon's {len(lexicon)} words; got {count}.")
+    import numpy as np
+
+    words = sorted(lexicon)
+    chosen = np.random.default_rng(seed).choice(len(words), size=count, replace=False)
+    return {words[i]: lexicon[words[i]] for i in sorted(chosen)}

@@ -1,11 +1,14 @@
 """Grapheme-to-phoneme conversion on real data: CMUdict and SIGMORPHON 2021 task 1.
 
     python -m examples.g2p.train cmudict [--epochs N] [--out DIR] [--no-peer] [--smoke]
-    python -m examples.g2p.train sigmorphon [--languages arm_e bul ...|medium|eng_us] [--out DIR] [--smoke]
+    python -m examples.g2p.train sigmorphon [--languages arm_e bul ...|medium|eng_us] [--train-words N] [--out DIR] [--smoke]
 
 A character-level BiLSTM encoder and an attention LSTM decoder (see
 `model.py`), trained with teacher forcing on length-bucketed batches, selected
-on dev by greedy WER, and evaluated on test with greedy and beam search. For
+on dev by greedy WER (then PER), and evaluated on test with greedy and beam search.
+A SIGMORPHON run scores on dev every way its models can pronounce (the
+ensemble's rescoring, beam and greedy search, each model alone) and keeps
+the best (choice.py): printed, and recorded as `system` in the results. For
 CMUdict the trained model is exported to SavedModel and ONNX with a
 `pronounce` signature (letters in, phones out, beam search inside), served
 through onnxruntime on the whole test list, and compared, in the same run,
@@ -32,13 +35,12 @@ import numpy as np
 
 import keras_attention as ka
 from examples.common import machine
-from examples.g2p import data, training
+from examples.g2p import choice, data, training
 from examples.g2p import model as g2p_model
 from examples.g2p.bidirectional import DIRECTIONS, BidirectionalPronouncer, reads_right_to_left, reversed_split
 from examples.g2p.members import member_directory, train_member, train_members
 from examples.g2p.phones import PhoneCharacters
 from examples.g2p.pronounce import score
-from keras_attention.evaluation import error_rates
 from keras_attention.text import Vocabulary
 
 SMOKE_WORDS = 50
@@ -65,6 +67,12 @@ def parse_args(argv=None):
     parser.add_argument("--results", help="also write the results JSON here (e.g. results/g2p_cmudict.json)")
     parser.add_argument(
         "--smoke", action="store_true", help=f"a seconds-long run on {SMOKE_WORDS} words (used by the tests)"
+    )
+    parser.add_argument(
+        "--train-words",
+        type=int,
+        help="SIGMORPHON: train on this many words drawn at random from the training split (a small lexicon; "
+        "dev and test unchanged)",
     )
     parser.add_argument("--no-peer", action="store_true", help="CMUdict: skip the Phonetisaurus comparison")
     parser.add_argument("--no-export", action="store_true", help="CMUdict: skip the SavedModel/ONNX export")
@@ -108,6 +116,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.ensemble is not None and args.ensemble < 1:
         parser.error(f"argument --ensemble: expected an integer >= 1, got {args.ensemble}")
+    if args.train_words is not None and args.train_words < 1:
+        parser.error(f"argument --train-words: expected an integer >= 1, got {args.train_words}")
     if args.jobs < 1:
         parser.error(f"argument --jobs: expected an integer >= 1, got {args.jobs}")
     if args.ensemble is None and (args.smoke or args.dataset == "cmudict"):
@@ -219,10 +229,12 @@ def plot_alignments(greedy, words, letters, phones, out, count=4):
     return paths
 
 
-def train_language(name, split, args, out, **defaults):
+def train_language(name, split, args, out, choose_on_dev=False, **defaults):
     """Train `--ensemble` models of one lexicon (seeds seed, seed + 1, ...)
-    and evaluate them together (one model: alone); returns (results dict,
-    (trainer, greedy, beam, letters, phones)), the trainer the first model's."""
+    and evaluate them together (one model: alone), or with `choose_on_dev`
+    every way they can pronounce, keeping the best on dev (choice.py);
+    returns (results dict, (trainer, greedy, beam, letters, phones)), the
+    trainer the first model's and greedy, beam the left-to-right models'."""
     model_config, train_config = configs(args, **defaults)
     normalization = args.normalization or defaults.get("normalization")
     letters, phones = vocabularies(
@@ -252,14 +264,6 @@ def train_language(name, split, args, out, **defaults):
             members.append(models)
             member_results.append(member)
     backwards = [reads_right_to_left(number, directions) for number in range(size)]
-    for number, (models, member) in enumerate(zip(members, member_results)):
-        if size > 1:
-            # A right-to-left model is scored on the reversed pronunciations it learnt.
-            own = reversed_split(split) if backwards[number] else split
-            member_dev, _ = score(models.greedy, own["dev"], letters, phones)
-            member_test, _ = score(models.beam, own["test"], letters, phones)
-            member.update(dev_wer=member_dev["wer"], test_wer=member_test["wer"], test_per=member_test["per"])
-            print(f"{name} member {number}: dev WER {member_dev['wer']:.2f}%, test WER {member_test['wer']:.2f}%")
     forward = [models for models, back in zip(members, backwards) if not back]
     backward = [models for models, back in zip(members, backwards) if back]
     greedy, beam = together(forward, phones, model_config)
@@ -296,39 +300,87 @@ def train_language(name, split, args, out, **defaults):
     }
     if size > 1:
         results["members"] = member_results
-    dev_rates, _ = score(greedy, split["dev"], letters, phones)
-    if pronouncer is not None:
-        # The system's dev WER; the left-to-right models' greedy one beside it.
-        results["dev_wer_greedy"] = dev_rates["wer"]
-        words = list(split["dev"])
-        dev_rates = scored(pronouncer.pronounce(words), [split["dev"][word] for word in words])
-    results["dev_wer"], results["dev_per"] = dev_rates["wer"], dev_rates["per"]
-    begin = time.perf_counter()
-    greedy_rates, _ = score(greedy, split["test"], letters, phones)
-    results["greedy_words_per_second"] = round(len(split["test"]) / (time.perf_counter() - begin), 1)
-    begin = time.perf_counter()
-    if pronouncer is None:
-        beam_rates, _ = score(beam, split["test"], letters, phones)
+    if choose_on_dev:
+        what = evaluate_systems(results, members, backwards, greedy, beam, pronouncer, split, letters, phones)
     else:
-        words = list(split["test"])
-        beam_rates = scored(pronouncer.pronounce(words), [split["test"][word] for word in words])
-        results["left_to_right_wer"] = score(beam, split["test"], letters, phones)[0]["wer"]
-    results["keras_beam_words_per_second"] = round(len(split["test"]) / (time.perf_counter() - begin), 1)
-    results.update(
-        wer=beam_rates["wer"], per=beam_rates["per"], wer_greedy=greedy_rates["wer"], per_greedy=greedy_rates["per"]
-    )
-    for model, kind in ((greedy, "greedy"), (beam, "beam")):
-        model.save(os.path.join(out, f"g2p_{kind}.keras"))
-    what = f"beam {model_config.beam_width}" + (f", ensemble of {size}" if size > 1 else "")
-    if pronouncer is not None:
-        what += f", both directions (left to right alone: {results['left_to_right_wer']:.2f}%)"
+        what = evaluate_ensemble(results, members, backwards, greedy, beam, split, letters, phones, model_config)
     print(
         f"{name}: test WER {results['wer']:.2f}% PER {results['per']:.2f}% ({what}); "
         f"greedy {results['wer_greedy']:.2f}% / {results['per_greedy']:.2f}%; dev WER {results['dev_wer']:.2f}%; "
         f"{size} x {results['epochs']} epochs, {results['train_seconds']:.0f} s",
         flush=True,
     )
+    for model, kind in ((greedy, "greedy"), (beam, "beam")):
+        model.save(os.path.join(out, f"g2p_{kind}.keras"))
     return results, (members[0].trainer, greedy, beam, letters, phones)
+
+
+def evaluate_ensemble(results, members, backwards, greedy, beam, split, letters, phones, model_config):
+    """Test the ensemble's beam (and greedy) search, and each model alone,
+    into `results`; returns what was scored, for the summary line."""
+    size = len(members)
+    if size > 1:
+        for number, (models, member) in enumerate(zip(members, results["members"])):
+            # A right-to-left model is scored on the reversed pronunciations it learnt.
+            own = reversed_split(split) if backwards[number] else split
+            member_dev, _ = score(models.greedy, own["dev"], letters, phones)
+            member_test, _ = score(models.beam, own["test"], letters, phones)
+            member.update(dev_wer=member_dev["wer"], test_wer=member_test["wer"], test_per=member_test["per"])
+            print(f"member {number}: dev WER {member_dev['wer']:.2f}%, test WER {member_test['wer']:.2f}%")
+    dev_rates, _ = score(greedy, split["dev"], letters, phones)
+    results["dev_wer"], results["dev_per"] = dev_rates["wer"], dev_rates["per"]
+    begin = time.perf_counter()
+    greedy_rates, _ = score(greedy, split["test"], letters, phones)
+    results["greedy_words_per_second"] = round(len(split["test"]) / (time.perf_counter() - begin), 1)
+    begin = time.perf_counter()
+    beam_rates, _ = score(beam, split["test"], letters, phones)
+    results["keras_beam_words_per_second"] = round(len(split["test"]) / (time.perf_counter() - begin), 1)
+    results.update(
+        wer=beam_rates["wer"], per=beam_rates["per"], wer_greedy=greedy_rates["wer"], per_greedy=greedy_rates["per"]
+    )
+    return f"beam {model_config.beam_width}" + (f", ensemble of {size}" if size > 1 else "")
+
+
+def evaluate_systems(results, members, backwards, greedy, beam, pronouncer, split, letters, phones):
+    """Score every way the models can pronounce on dev and test, and keep
+    the best on dev as the system's (choice.py): its dev and test figures
+    become the results', every system's are in `results["systems"]` and the
+    name of the one chosen in `results["system"]`. Returns the summary."""
+    ensembles = {"greedy": greedy, "beam": beam} if len(backwards) - sum(backwards) > 1 else None
+    candidates = choice.systems(members, backwards, ensembles, pronouncer, letters, phones)
+    chosen, table = choice.choose(candidates, split["dev"], split["test"])
+    for name, entry in table.items():
+        print(
+            f"  {name}: dev WER {entry['dev_wer']:.2f}% PER {entry['dev_per']:.2f}%; "
+            f"test WER {entry['test_wer']:.2f}% PER {entry['test_per']:.2f}%"
+            + ("  <- chosen on dev" if name == chosen else ""),
+            flush=True,
+        )
+    for number, member in enumerate(results.get("members", [])):
+        # Each model's own figures, in the order it reads (a right-to-left
+        # model's turned back, so every row is scored the same way).
+        alone = table[f"model {number} alone, beam"]
+        member.update(
+            dev_wer=table[f"model {number} alone, greedy"]["dev_wer"],
+            test_wer=alone["test_wer"],
+            test_per=alone["test_per"],
+        )
+    left_to_right = "left-to-right ensemble, " if ensembles is not None else "model 0 alone, "
+    results.update(
+        system=chosen,
+        systems=table,
+        dev_wer=table[chosen]["dev_wer"],
+        dev_per=table[chosen]["dev_per"],
+        wer=table[chosen]["test_wer"],
+        per=table[chosen]["test_per"],
+        dev_wer_greedy=table[left_to_right + "greedy"]["dev_wer"],
+        wer_greedy=table[left_to_right + "greedy"]["test_wer"],
+        per_greedy=table[left_to_right + "greedy"]["test_per"],
+        left_to_right_wer=table[left_to_right + "beam"]["test_wer"],
+        greedy_words_per_second=table[left_to_right + "greedy"]["test_words_per_second"],
+        keras_beam_words_per_second=table[chosen]["test_words_per_second"],
+    )
+    return f"chosen on dev: {chosen}, of {len(table)} ways to pronounce"
 
 
 def together(members, phones, model_config):
@@ -339,11 +391,6 @@ def together(members, phones, model_config):
         g2p_model.build_ensemble(members, phones, model_config, "greedy", return_alignments=True),
         g2p_model.build_ensemble(members, phones, model_config, "beam"),
     )
-
-
-def scored(predictions, references):
-    rates = error_rates(predictions, references)
-    return {"wer": rates["sequence_error_rate"], "per": rates["token_error_rate"], "words": len(predictions)}
 
 
 def serve_onnx(directory, beam, words, letters, batch_size=256):
@@ -438,12 +485,16 @@ def run_sigmorphon(args):
     total = 0.0
     for language in languages:
         split = data.sigmorphon_split(language)
+        if args.train_words is not None:
+            split = {**split, "train": data.sample(split["train"], args.train_words)}
         if args.smoke:
             words = data.subset(split["train"], SMOKE_WORDS)
             split = {"train": words, "dev": words, "test": words}
         defaults = SIGMORPHON_HIGH if language in data.HIGH_LANGUAGES else SIGMORPHON
         defaults = {**defaults, **SMOKE} if args.smoke else defaults
-        results, _ = train_language(language, split, args, os.path.join(args.out, language), **defaults)
+        results, _ = train_language(
+            language, split, args, os.path.join(args.out, language), choose_on_dev=True, **defaults
+        )
         total += results["train_seconds"]
         document["languages"][language] = {
             "dev_wer": results["dev_wer"],

@@ -24,7 +24,7 @@ class TrainConfig:
     label_smoothing: float = 0.1
     ema_epochs: float = 1.0  # horizon of the weight average, in epochs (0: no averaging)
     clipnorm: float = 5.0
-    patience: int = 4  # epochs without a better dev WER before stopping
+    patience: int = 4  # epochs without a better dev score (WER, then PER) before stopping
     seed: int = 0
     jit: bool = False
 
@@ -41,15 +41,28 @@ def teacher_forcing_data(lexicon, letters, phones):
     return (words, decoder_inputs), targets
 
 
+def dev_score(entry):
+    """What "better on dev" means: a lower WER, and on equal WER a lower PER.
+
+    WER alone is flat while a model learns its first phones: on a small
+    lexicon every word stays wrong (100%) for several epochs, so by WER the
+    first epoch, barely past its warm-up, was the best and the model stopped
+    `patience` epochs later with those weights, pronouncing one or two
+    phones a word. PER keeps falling meanwhile."""
+    return (entry["dev_wer"], entry["dev_per"])
+
+
 class DevEvaluation(keras.callbacks.Callback):
     """Greedy WER/PER on the dev words after each epoch (`dev_wer`, `dev_per` in
-    the logs); keeps the weights of the best epoch in `path`."""
+    the logs); keeps the weights of the best epoch (`dev_score`) in `path`
+    and, with a `patience`, stops training after that many epochs without
+    a better one."""
 
-    def __init__(self, greedy, lexicon, letters, phones, path, label=""):
+    def __init__(self, greedy, lexicon, letters, phones, path, label="", patience=None):
         super().__init__()
         self.greedy, self.lexicon, self.letters, self.phones, self.path = greedy, lexicon, letters, phones, path
-        self.label = label
-        self.best = float("inf")
+        self.label, self.patience = label, patience
+        self.best = None
         self.history = []
 
     def on_epoch_end(self, epoch, logs=None):
@@ -57,9 +70,12 @@ class DevEvaluation(keras.callbacks.Callback):
         rates, _ = score(self.greedy, self.lexicon, self.letters, self.phones)
         logs = logs if logs is not None else {}
         logs["dev_wer"], logs["dev_per"] = rates["wer"], rates["per"]
-        if rates["wer"] < self.best:
-            self.best = rates["wer"]
+        current = dev_score(logs)
+        if self.best is None or current < self.best:
+            self.best, self.best_epoch = current, epoch
             self.model.save_weights(self.path)
+        elif self.patience is not None and epoch - self.best_epoch >= self.patience:
+            self.model.stop_training = True
         self.history.append(
             {"epoch": epoch + 1, "dev_wer": rates["wer"], "dev_per": rates["per"], "loss": logs.get("loss")}
         )
@@ -113,13 +129,13 @@ def train(trainer, greedy, data, letters, phones, config, out, verbose=None, lab
     trainer.compile(optimizer, ka.SequenceLoss(label_smoothing=config.label_smoothing), jit_compile=config.jit)
     best_path = os.path.join(out, "best.weights.h5")
     clock = EpochClock()
-    evaluation = DevEvaluation(greedy, data["dev"], letters, phones, best_path, label)
+    evaluation = DevEvaluation(greedy, data["dev"], letters, phones, best_path, label, config.patience)
     callbacks = [keras.callbacks.BackupAndRestore(os.path.join(out, "backup")), clock]
     if config.ema_epochs:
         # After BackupAndRestore (which saves the raw weights), before the
         # evaluation (which scores the averaged ones).
         callbacks.append(keras.callbacks.SwapEMAWeights(swap_on_epoch=True))
-    callbacks += [evaluation, keras.callbacks.EarlyStopping("dev_wer", patience=config.patience, mode="min")]
+    callbacks.append(evaluation)
     if verbose is None:  # a progress bar in a terminal, a line per epoch in a log, the evaluation's with a label
         verbose = 0 if label else 1 if sys.stdout.isatty() else 2
     trainer.fit(batches, epochs=config.epochs, callbacks=callbacks, verbose=verbose)
@@ -134,7 +150,7 @@ def train(trainer, greedy, data, letters, phones, config, out, verbose=None, lab
 
 
 def best_epoch(history):
-    return min(history, key=lambda entry: entry["dev_wer"]) if history else None
+    return min(history, key=dev_score) if history else None
 
 
 def set_seed(seed):

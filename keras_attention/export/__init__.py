@@ -32,9 +32,11 @@ way out (export the `.keras` file under TensorFlow):
 jax2onnx's missing conversions, PyTorch's traced Python loops).
 
 Formats are registered by name (`formats`: `register_format(name, writer,
-runner)`); each has one module, `saved_model_format` and `onnx_format`
-(with its int8 copies), and `export_model` writes and verifies whatever is
-registered through one `ExportContext` (`context`). The other modules, one
+runner)`, or an installed package's entry point in `ENTRY_POINT_GROUP`);
+each has one module, `saved_model_format` and `onnx_format` (with its int8
+copies), and `export_model` writes and verifies whatever is asked for
+through one `ExportContext` (`context`), whose `Signature`s are what a
+format writes and runs. The other modules, one
 per concern: `layout` (file names and defaults), `report`, `models`
 (loading and the float32 copy), `signatures`, `samples` (the verification
 inputs), `parity` (the comparison with Keras, given each format's runner),
@@ -47,13 +49,21 @@ and `serve_cli` (`keras-attention-serve`).
 """
 
 from keras_attention.export.cli import error_line, main
+from keras_attention.export.context import ExportContext
 from keras_attention.export.exporter import export_model
-from keras_attention.export.formats import register_format, registered_formats, unregister_format
+from keras_attention.export.formats import (
+    ENTRY_POINT_GROUP,
+    FORMATS,
+    ExportFormat,
+    get_format,
+    register_format,
+    registered_formats,
+    unregister_format,
+)
 from keras_attention.export.layout import (
     DEFAULT_OPSET,
     DEFAULT_SHAPES,
     DEFAULT_SIGNATURE,
-    FORMATS,
     MAX_OPSET,
     MIN_OPSET,
     PRECISIONS,
@@ -64,12 +74,14 @@ from keras_attention.export.layout import (
 )
 from keras_attention.export.report import ExportError, ExportReport, ParityRow
 from keras_attention.export.serving import run_onnx, translate_texts
+from keras_attention.export.signatures import Signature
 from keras_attention.export.vocabulary import decode_ids, encode_strings, load_vocabulary
 
 __all__ = [
     "DEFAULT_OPSET",
     "DEFAULT_SHAPES",
     "DEFAULT_SIGNATURE",
+    "ENTRY_POINT_GROUP",
     "FORMATS",
     "MAX_OPSET",
     "MIN_OPSET",
@@ -78,13 +90,17 @@ __all__ = [
     "REPORT_FILE",
     "SAVED_MODEL_DIR",
     "VOCABULARY_FILE",
+    "ExportContext",
     "ExportError",
+    "ExportFormat",
     "ExportReport",
     "ParityRow",
+    "Signature",
     "decode_ids",
     "encode_strings",
     "error_line",
     "export_model",
+    "get_format",
     "load_vocabulary",
     "main",
     "register_format",

@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 
 from keras_attention.export.exporter import export_model
-from keras_attention.export.formats import registered_formats
+from keras_attention.export.formats import FORMATS, registered_formats
 from keras_attention.export.layout import (
     DEFAULT_OPSET,
     DEFAULT_SIGNATURE,
-    FORMATS,
     MAX_OPSET,
     MIN_OPSET,
     QUANTIZATIONS,
@@ -54,7 +53,8 @@ def main(argv=None):
     )
     parser.add_argument("model", help="the .keras file: the serving_default signature")
     parser.add_argument("out_dir", help="the export directory to create")
-    # Any registered format (a plugin imported first adds its own); the built-in ones by default.
+    # Any registered format, installed plugins' included (their entry points are read here); the built-in
+    # ones by default.
     parser.add_argument("--formats", nargs="+", choices=registered_formats(), default=list(FORMATS))
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset, {MIN_OPSET}-{MAX_OPSET}")
     parser.add_argument("--force", action="store_true", help="replace an existing export directory")

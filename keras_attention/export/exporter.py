@@ -13,18 +13,10 @@ import keras
 from keras_attention.export import formats as registry
 from keras_attention.export.context import ExportContext
 from keras_attention.export.directories import _check_target, _put_in_place, _remove_created
-from keras_attention.export.layout import (
-    DEFAULT_OPSET,
-    DEFAULT_SHAPES,
-    FORMATS,
-    MAX_OPSET,
-    MIN_OPSET,
-    REPORT_FILE,
-    VOCABULARY_FILE,
-)
+from keras_attention.export.formats import FORMATS
+from keras_attention.export.layout import DEFAULT_OPSET, DEFAULT_SHAPES, REPORT_FILE, VOCABULARY_FILE
 from keras_attention.export.models import _as_models, _exportable_copy
 from keras_attention.export.parity import check_parity, compare
-from keras_attention.export.quantize import _check_quantize
 from keras_attention.export.report import ExportReport
 from keras_attention.export.samples import batches_function
 from keras_attention.export.signatures import _make_signature, spec_dtype, spec_shape
@@ -43,12 +35,21 @@ def _check_formats(formats):
     return formats
 
 
-def _check_opset(opset):
-    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
-        raise ValueError(
-            f"`opset` must be an integer from {MIN_OPSET} to {MAX_OPSET} (tf2onnx 1.17 supports no later); got {opset!r}."
-        )
-    return opset
+def _check_format_options(formats, given):
+    """{format name: {option: checked value}} for the requested formats,
+    from `given` ({option: (value, default)}): each format checks the
+    options it declares; a value other than the default for an option no
+    requested format reads is refused, naming the formats that read it."""
+    chosen = [registry.get_format(name) for name in formats]
+    for option, (value, default) in given.items():
+        if value != default and not any(option in format.options for format in chosen):
+            readers = [name for name in registry.registered_formats() if option in registry.get_format(name).options]
+            raise ValueError(
+                f"`{option}={value!r}` is an option of the format(s) {readers}, but `formats` is {list(formats)}."
+            )
+    return {
+        format.name: {option: check(given[option][0]) for option, check in format.options.items()} for format in chosen
+    }
 
 
 def export_model(
@@ -99,8 +100,10 @@ def export_model(
             `{"serving_default": train_model, "translate": decode_model}`.
         directory: the export directory to create.
         formats: names of registered formats (`keras_attention.export.formats`):
-            "saved_model" and/or "onnx" built in; `register_format` adds others.
-        opset: ONNX opset, 13 to 18.
+            "saved_model" and/or "onnx" built in (`FORMATS`, the default);
+            `register_format` and installed plugins add others.
+        opset: ONNX opset, 13 to 18 (an option of the "onnx" format: a
+            value other than the default is refused without that format).
         input_signature: optional input specs (list of `keras.InputSpec` /
             `tf.TensorSpec`, or {input name: (shape, dtype)}); required for
             subclassed models. With several models, {signature: specs}.
@@ -156,8 +159,7 @@ def export_model(
     started = time.perf_counter()
     backend = keras.backend.backend()
     formats = _check_formats(formats)
-    opset = _check_opset(opset)
-    quantize = _check_quantize(quantize, formats)
+    format_options = _check_format_options(formats, {"opset": (opset, DEFAULT_OPSET), "quantize": (quantize, None)})
     if not isinstance(atol, (int, float)) or isinstance(atol, bool) or atol < 0:
         raise ValueError(f"`atol` must be a number >= 0; got {atol!r}.")
     if not shapes or any(len(s) != 2 or min(s) < 1 for s in shapes):
@@ -219,10 +221,9 @@ def export_model(
             staging=staging,
             directory=directory,
             backend=backend,
-            opset=opset,
             verify=verify,
             atol=atol,
-            quantize=quantize,
+            options=format_options,
             report=report,
             batches_function=batches_function(sample_inputs, vocabulary, shapes, seed),
         )

@@ -3,7 +3,6 @@
 This module imports nothing from the package, so any module may import it.
 """
 
-FORMATS = ("saved_model", "onnx")
 DEFAULT_SIGNATURE = "serving_default"
 DEFAULT_OPSET = 17
 MIN_OPSET, MAX_OPSET = 13, 18  # tf2onnx 1.17 refuses 19 and above

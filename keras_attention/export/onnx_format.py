@@ -14,29 +14,47 @@ import time
 import keras
 
 from keras_attention.export import fused_rnn
-from keras_attention.export.layout import _onnx_file
+from keras_attention.export.layout import MAX_OPSET, MIN_OPSET, QUANTIZATIONS, _onnx_file
 from keras_attention.export.onnx import _export_onnx, _name_dynamic_axes, _session
 from keras_attention.export.parity import _difference, _is_exact
 from keras_attention.export.quantize import _quantize_signature, _quantized_outputs
 from keras_attention.export.report import ExportError
 
+NAME = "onnx"  # its name in the registry (`formats`), and the key of its options in `ExportContext.options`
+
+
+def check_opset(opset):
+    """`export_model(opset=)`: the ONNX opset the files are written in."""
+    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ValueError(
+            f"`opset` must be an integer from {MIN_OPSET} to {MAX_OPSET} (tf2onnx 1.17 supports no later); got {opset!r}."
+        )
+    return opset
+
+
+def check_quantize(quantize):
+    """`export_model(quantize=)`: None, or the precision of a copy written beside each float32 file."""
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ValueError(f"`quantize` must be None or one of {list(QUANTIZATIONS)}; got {quantize!r}.")
+    return quantize
+
 
 def write(context):
     """Write each signature's ONNX file into `context.staging` (checked by
     onnx.checker and loaded in onnxruntime), then its quantized copy when
-    `context.quantize` asks for one."""
-    paths = {}
+    the `quantize` option asks for one."""
+    options, paths = context.options[NAME], {}
     for signature in context.signatures:
         path = context.staging / _onnx_file(signature.name)
         if context.backend == "tensorflow":
             _write_with_tf2onnx(context, signature, path)
         else:
-            _write_with_keras(signature, path, context.opset)
+            _write_with_keras(signature, path, options["opset"])
         paths[signature.name] = context.final_path(path.name)
-    if context.quantize:
+    if options["quantize"]:
         begin = time.perf_counter()
         for signature in context.signatures:
-            _quantize_signature(signature.name, context.staging, context.directory, context.quantize, context.report)
+            _quantize_signature(signature.name, context.staging, context.directory, options["quantize"], context.report)
         context.report.timings_s["quantize"] = round(time.perf_counter() - begin, 3)
     return paths
 
@@ -56,10 +74,11 @@ def measure_quantized(context, expected):
     """Record in `report.quantized` how far the int8 files' outputs are from
     Keras's (`expected`: {signature name: [outputs per batch]}): measured,
     not held to `atol`, since quantization changes the numbers by design."""
-    if not context.quantize:
+    precision = context.options[NAME]["quantize"]
+    if not precision:
         return
     for signature in context.signatures:
-        session = _session(context.staging / _onnx_file(signature.name, context.quantize))
+        session = _session(context.staging / _onnx_file(signature.name, precision))
         actual = [_outputs(session, signature, arrays) for arrays in context.batches(signature)]
         measured = _quantized_outputs(signature, expected[signature.name], actual)
         context.report.quantized[signature.name]["outputs"] = measured
@@ -80,7 +99,8 @@ def _write_with_tf2onnx(context, signature, path):
     if layers:
         try:
             traced, lengths_from, directions = fused_rnn.traced_without_masks(signature, layers, refused)
-            session = _export_onnx(signature, traced, path, context.opset, lengths_from, directions)
+            opset = context.options[NAME]["opset"]
+            session = _export_onnx(signature, traced, path, opset, lengths_from, directions)
             batches = context.batches(signature)
             padded = fused_rnn.padded_variant(batches, lengths_from, signature.input_names)
             _same_as_keras(signature, session, batches + ([padded] if padded else []), context.atol)
@@ -96,7 +116,7 @@ def _write_with_tf2onnx(context, signature, path):
     function = context.traced.get(signature.name)
     if function is None:
         function = tf.function(signature.serve, input_signature=signature.input_specs, autograph=False)
-    _export_onnx(signature, function, path, context.opset)
+    _export_onnx(signature, function, path, context.options[NAME]["opset"])
 
 
 def _same_as_keras(signature, session, batches, atol):

@@ -16,22 +16,11 @@ import logging
 
 import numpy as np
 
-from keras_attention.export.layout import QUANTIZATIONS
 from keras_attention.export.report import ExportError
 
 # The quantizable ops tf2onnx emits for these models; `Gather` (embedding
 # lookups) is left in float32: it saves size but no time.
 _QUANTIZED_OPS = ["MatMul", "Gemm", "LSTM"]
-
-
-def _check_quantize(quantize, formats):
-    if quantize is None:
-        return None
-    if quantize not in QUANTIZATIONS:
-        raise ValueError(f"`quantize` must be None or one of {list(QUANTIZATIONS)}; got {quantize!r}.")
-    if "onnx" not in formats:
-        raise ValueError(f"`quantize={quantize!r}` quantizes the ONNX files, but `formats` is {list(formats)}.")
-    return quantize
 
 
 class _QuietRoot(logging.Filter):

@@ -7,6 +7,7 @@ import keras
 from keras_attention.export.layout import DEFAULT_SIGNATURE, SAVED_MODEL_DIR
 from keras_attention.export.report import ExportError
 
+NAME = "saved_model"  # its name in the registry (`formats`)
 # JAX's StableHLO newer than TensorFlow's XlaCallModule reads (support.py, note b).
 _STABLEHLO_SKEW = "failed to deserialize portable artifact"
 

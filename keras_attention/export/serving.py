@@ -196,11 +196,21 @@ class _OnnxSignature:
         try:
             values = self.session.run(None, feeds)
         except Exception as error:  # onnxruntime's own exception types
-            if ZERO_STEPS_REFUSED in str(error):
+            # The fused LSTM nodes refuse zero steps by name; a recurrent loop
+            # tf2onnx converted fails in onnxruntime's own terms (a Squeeze of
+            # the empty time axis). Keras and the SavedModel refuse both.
+            empty = [name for name, array in feeds.items() if array.ndim >= 2 and array.shape[1] == 0]
+            if ZERO_STEPS_REFUSED in str(error) or empty:
+                why = (
+                    "as Keras's LSTM does"
+                    if ZERO_STEPS_REFUSED in str(error)
+                    else f"onnxruntime cannot run {', '.join(map(repr, empty))} without positions, as Keras's "
+                    "recurrent layers cannot run zero steps"
+                )
                 raise ValueError(
                     f"run_onnx: signature {self.signature!r} refuses an input of zero steps "
-                    f"(inputs { ({n: list(v.shape) for n, v in feeds.items()}) }), as Keras's LSTM does: "
-                    "give every source at least one position."
+                    f"(inputs { ({n: list(v.shape) for n, v in feeds.items()}) }), {why}: give every sequence "
+                    "input at least one position."
                 ) from error
             raise RuntimeError(
                 f"run_onnx: onnxruntime failed on signature {self.signature!r} with inputs "
@@ -267,8 +277,9 @@ def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, threads=None, preci
     nested list of numbers, another rank, non-integers for integer ids, ids
     outside the model's embedding table, an option outside its bounds (e.g.
     `top_p` outside (0, 1], `min_length` not below `max_length`), or a
-    source of zero steps fed to an LSTM run as a fused node (Keras refuses
-    it too); RuntimeError when onnxruntime fails on valid inputs.
+    source of zero steps that the model's recurrent layers cannot run
+    (Keras refuses it too); RuntimeError when onnxruntime fails on valid
+    inputs.
 
     Example:
 

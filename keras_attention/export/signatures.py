@@ -15,7 +15,47 @@ from keras_attention.export.report import ExportError
 
 @dataclasses.dataclass
 class Signature:
-    """One exported model as a signature: its named, flat inputs and outputs."""
+    """One exported model as a signature: its named, flat inputs and outputs.
+
+    `export_model` makes one per model (`ExportContext.signatures`); a
+    format's writer and runner (`formats`) may rely on these attributes:
+
+    Attributes:
+        name: the signature's name (`"serving_default"`, `"translate"`...).
+        model: the Keras model exported (a float32 copy of a mixed-precision
+            one). It is the reference the runners are compared with: write
+            it, never change it.
+        structure: the input structure `model` is called with; a list of
+            arrays in signature order becomes that call's argument with
+            `keras.tree.pack_sequence_as(structure, arrays)`.
+        input_names, input_specs: the flat inputs in signature order, and
+            their specs with dynamic batch and length (`tf.TensorSpec` on
+            TensorFlow, `keras.InputSpec` on JAX and PyTorch).
+        output_names, output_dtypes: the flat outputs in
+            `keras.tree.flatten(model outputs)` order, and their dtype names;
+            a runner returns {output name: array} under these names.
+        options: {input name: bounds and default} of the decoders' run-time
+            options among the inputs (empty for other models).
+
+    `call_keras(arrays)` gives Keras's outputs, {output name: numpy array};
+    `serve(*tensors)` is the function the TensorFlow formats trace.
+
+    Example:
+
+    ```python
+    import keras
+    import numpy as np
+    from keras_attention.export.signatures import _make_signature
+
+    inputs = keras.Input((3,), name="features")
+    model = keras.Model(inputs, keras.layers.Dense(2, name="scores")(inputs))
+    signature = _make_signature("serving_default", model, None, "model")
+    assert signature.input_names == ["features"] and signature.output_names == ["scores"]
+    arrays = [np.ones((4, 3), "float32")]
+    called = model(keras.tree.pack_sequence_as(signature.structure, arrays))
+    np.testing.assert_allclose(signature.call_keras(arrays)["scores"], keras.ops.convert_to_numpy(called))
+    ```
+    """
 
     name: str
     model: object
