@@ -159,19 +159,7 @@ def test_a_zero_width_source_is_refused_not_a_crash(tmp_path):
     ):
         run_onnx(tmp_path / "export", {"source": np.ones((2, 0), "int32")}, precision="int8")
     for precision in ("float32", "int8"):
-        served = subprocess.run(
-            [sys.executable, "-c", _SERVE, str(tmp_path / "export"), "--inputs", '{"source": [[], []]}']
-            + ["--runs", "0", "--precision", precision],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert served.returncode == 1, (served.returncode, served.stderr[-500:])
-        assert (
-            served.stderr.strip()
-            .splitlines()[-1]
-            .startswith("error: run_onnx: signature 'serving_default' refuses an input of zero steps")
-        ), served.stderr[-500:]
+        _assert_served_zero_steps_refused(tmp_path / "export", precision)
 
 
 def test_a_zero_width_source_over_a_recurrent_loop_gets_the_same_refusal(tmp_path):
@@ -205,18 +193,7 @@ def test_a_zero_width_source_over_a_recurrent_loop_gets_the_same_refusal(tmp_pat
             assert got.shape == want.shape == (len(want), 6)
             if precision == "float32":
                 np.testing.assert_array_equal(got, want)
-    served = subprocess.run(
-        [sys.executable, "-c", _SERVE, str(tmp_path / "export"), "--inputs", '{"source": [[], []]}', "--runs", "0"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert served.returncode == 1, (served.returncode, served.stderr[-500:])
-    assert (
-        served.stderr.strip()
-        .splitlines()[-1]
-        .startswith("error: run_onnx: signature 'serving_default' refuses an input of zero steps")
-    ), served.stderr[-500:]
+    _assert_served_zero_steps_refused(tmp_path / "export", "float32")
 
 
 def test_unmasked_layers_keep_every_step_and_serve_an_empty_batch(tmp_path):
@@ -333,3 +310,21 @@ def test_generated_verification_batches_fuse_too(tmp_path):
     ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "export" / "model.onnx")).graph.node)
     assert ops["LSTM"] == 2 and ops["Loop"] == 0, ops
     assert all(row.ok for row in report.parity)
+
+
+def _assert_served_zero_steps_refused(directory, precision):
+    """The serve command, in its own process, exits 1 with its one `error:`
+    line for a source of zero steps (no signal, no traceback)."""
+    served = subprocess.run(
+        [sys.executable, "-c", _SERVE, str(directory), "--inputs", '{"source": [[], []]}']
+        + ["--runs", "0", "--precision", precision],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert served.returncode == 1, (served.returncode, served.stderr[-500:])
+    assert (
+        served.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: run_onnx: signature 'serving_default' refuses an input of zero steps")
+    ), served.stderr[-500:]
