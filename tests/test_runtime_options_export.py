@@ -47,14 +47,19 @@ OPTIONS = {
     },
     # The options it shares with "sample" are exercised there.
     "min_p": {"min_p": [0.0, 0.02, 0.9], "seed": [101, 102, 103]},
+    # The options it shares with "beam" are exercised there.
+    "diverse_beam": {"diversity_strength": [0.0, 2.0, 8.0]},
 }
+
+# Fields a method needs beyond `option_model`'s (three groups of one beam).
+CONSTRUCTOR = {"diverse_beam": {"num_groups": 3}}
 
 
 # An untrained decoder is nearly uniform whatever its input: larger
 # embeddings, a sharper read-out and random biases (seeded per method: the
 # first seed under which every option of `OPTIONS` changes the ids) give it
 # sources that matter, ends at various steps and repetitions to block.
-BIAS_SEEDS = {"greedy": 3, "sample": 0, "beam": 3, "min_p": 0}
+BIAS_SEEDS = {"greedy": 3, "sample": 0, "beam": 3, "min_p": 0, "diverse_beam": 3}
 
 
 def option_model(method, names=None, **constructor):
@@ -63,7 +68,9 @@ def option_model(method, names=None, **constructor):
     names = tuple(OPTIONS[method]) if names is None else names
     source = keras.Input((None,), dtype="int32", name="source")
     embedding = keras.layers.Embedding(VOCABULARY, 6, mask_zero=True)
-    decoder = make_decoder(names, method=method, beam_width=3, **{"seed": 0, **constructor})
+    decoder = make_decoder(
+        names, method=method, beam_width=3, **{"seed": 0, **CONSTRUCTOR.get(method, {}), **constructor}
+    )
     options = decoder.option_inputs()
     model = keras.Model({"source": source, **options}, decoder(embedding(source), options=options))
     for layer in (embedding, decoder.embedding):

@@ -78,6 +78,7 @@ FIXED_OPTIONS = {
     "end_token": "the end test and the padding are constants of the loop",
     "beam_width": "the beams are the loop's tensor shapes",
     "num_hypotheses": "it sets the outputs' shapes",
+    "num_groups": "the groups split the beams, the loop's tensor shapes",
     "method": "each method is another loop",
     "max_length_ratio": "set `max_length` per request instead",
     "max_length_offset": "set `max_length` per request instead",

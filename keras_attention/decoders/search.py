@@ -252,13 +252,12 @@ class SearchDecoder(keras.layers.Layer):
         def option(name):
             return values[name] if name in values else getattr(self, name)
 
-        if self.method == "beam":
+        beams = strategy_of(self).beams
+        if beams:
             # Every beam reads its own copy of its example's memory.
-            prepared = keras.tree.map_structure(
-                lambda part: tile_batch(part, self.beam_width), prepared, none_is_leaf=False
-            )
+            prepared = keras.tree.map_structure(lambda part: tile_batch(part, beams), prepared, none_is_leaf=False)
 
-        rows = ops.shape(memory)[0] * (self.beam_width if self.method == "beam" else 1)
+        rows = ops.shape(memory)[0] * (beams or 1)
         # The step's random numbers for every step, drawn before the loop (a
         # seed generator advanced inside it leaks tracers on JAX and does not
         # compile with XLA); the search's counter picks the step's slice.
@@ -336,7 +335,8 @@ class SearchDecoder(keras.layers.Layer):
 
     def output_spec_for(self, batch, source):
         """The outputs' specs for a batch of `batch` sources of `source` positions."""
-        lead = (batch, self.num_hypotheses or self.beam_width) if self.method == "beam" else (batch,)
+        hypotheses = strategy_of(self).hypotheses
+        lead = (batch,) if hypotheses is None else (batch, hypotheses)
         spec = {
             "ids": keras.KerasTensor((*lead, self.max_length), dtype="int32"),
             "scores": keras.KerasTensor(lead, dtype="float32"),
@@ -344,7 +344,7 @@ class SearchDecoder(keras.layers.Layer):
         }
         if self.return_alignments:
             spec["alignments"] = keras.KerasTensor((*lead, self.max_length, source), dtype="float32")
-        if self.method == "beam":
+        if hypotheses is not None:
             spec["log_probs"] = keras.KerasTensor(lead, dtype="float32")
         if self.return_token_log_probs:
             spec["token_log_probs"] = keras.KerasTensor((*lead, self.max_length), dtype="float32")

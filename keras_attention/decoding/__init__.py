@@ -26,6 +26,7 @@ from keras_attention.decoding.beam_steps import (
 )
 from keras_attention.decoding.beams import beam_rows, gather_beams, gather_tree, reorder_beams, tile_batch, write_step
 from keras_attention.decoding.constraints import constrained_step, relative_max_lengths, top_p_filter
+from keras_attention.decoding.diverse_beam import DiverseBeamSearch
 from keras_attention.decoding.greedy import greedy_search, sampling_search
 from keras_attention.decoding.hashed_random import hashed_uniform
 from keras_attention.decoding.min_p import MinPSampling
@@ -36,6 +37,7 @@ __all__ = [
     "LENGTH_CONVENTIONS",
     "NEG_INF",
     "BeamSearch",
+    "DiverseBeamSearch",
     "GreedySearch",
     "MinPSampling",
     "RuntimeField",

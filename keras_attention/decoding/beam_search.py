@@ -39,6 +39,8 @@ def beam_search(
     length_convention="default",
     return_token_log_probs=False,
     length_limits=None,
+    select=None,
+    live_beams=None,
 ):
     """Beam search inside the graph, as `tfa.seq2seq.BeamSearchDecoder` did.
 
@@ -95,6 +97,14 @@ def beam_search(
             as they stand, without an end token and with `lengths` counting
             their tokens so far, as at `max_length`. False (default): run
             until every beam has ended or `max_length`.
+        select: a function with `select_candidates`'s arguments and result
+            that picks each step's new beams (default `select_candidates`);
+            a beam-like strategy ranks the candidates its own way through it
+            (`DiverseBeamSearch`, by group).
+        live_beams: optional bool `(beam_width,)`, the beams that expand at
+            the first step (default: beam 0 only, so that the first
+            expansion is not counted `beam_width` times; a group search
+            starts each group from one beam of its own).
         return_token_log_probs: also return `token_log_probs (batch, beam,
             max_length)`, each token's log-probability (0 after the end);
             they sum to `log_probs`.
@@ -141,6 +151,7 @@ def beam_search(
     return_token_log_probs = _checks.check_bool("beam_search", "return_token_log_probs", return_token_log_probs)
     _checks.check_choice("beam_search", "length_convention", length_convention, LENGTH_CONVENTIONS)
     width = beam_width
+    select = select_candidates if select is None else select
     batch = _loop.batch_size_of(start_tokens, initial_state)
     first_ids = ops.repeat(_loop.start_ids(start_tokens, batch), width, axis=0)
     state = tile_batch(initial_state, width)
@@ -163,7 +174,7 @@ def beam_search(
         scores = candidate_scores(
             total, finished, beams["lengths"], end_token, alpha_candidates, penalty, length_convention
         )
-        chosen = select_candidates(scores, total, finished, beams["lengths"], end_token, pad_token)
+        chosen = select(scores, total, finished, beams["lengths"], end_token, pad_token)
         parents = chosen.pop("parents")
         tokens = chosen.pop("tokens")
         chosen["ids"] = write_step(beams["ids"], parents, time, tokens)
@@ -201,7 +212,8 @@ def beam_search(
             coverage = ops.zeros((batch, width, source_length), "float32")
     # Only beam 0 is live at the start, so the first expansion is not counted
     # `width` times.
-    initial_log_probs = ops.where(ops.equal(ops.arange(width), 0), 0.0, _loop.NEG_INF)
+    live = ops.equal(ops.arange(width), 0) if live_beams is None else ops.convert_to_tensor(live_beams, "bool")
+    initial_log_probs = ops.where(live, 0.0, _loop.NEG_INF)
     beams = {
         # The scores are the selection's output only: no step reads them.
         "scores": ops.zeros((batch, width), "float32"),

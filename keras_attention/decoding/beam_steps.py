@@ -172,12 +172,12 @@ def candidate_scores(
 LENGTH_CONVENTIONS = ("default", "tfa")
 
 
-def select_candidates(scores, total, finished, lengths, end_token, pad_token):
+def select_candidates(scores, total, finished, lengths, end_token, pad_token, ranking=None):
     """The best `width` of each example's `width * vocabulary` extensions, best first.
 
     Candidate `c = k * vocabulary + v` (beam `k` extended by token `v`) is
-    ranked by `scores` (equal scores: the lower `c` first, on every backend);
-    the chosen ones become the new beams:
+    ranked by `scores`, or by `ranking` when given (equal values: the lower
+    `c` first, on every backend); the chosen ones become the new beams:
 
         parents = c // vocabulary,  tokens = c % vocabulary (pad_token after an end)
         log_probs = total[b, c],     lengths = lengths[b, parent] + (parent running)
@@ -189,6 +189,10 @@ def select_candidates(scores, total, finished, lengths, end_token, pad_token):
         finished: bool `(batch, width)`.
         lengths: int `(batch, width)`.
         end_token, pad_token: ints.
+        ranking: optional float `(batch, width, vocabulary)` the candidates
+            are chosen by instead of `scores` (a diverse beam search ranks
+            by the scores less a diversity term); the chosen ones' `scores`
+            are still taken from `scores`.
 
     Returns:
         A dict of `(batch, width)` tensors: `scores`, `log_probs`, `parents`
@@ -207,14 +211,19 @@ def select_candidates(scores, total, finished, lengths, end_token, pad_token):
     batch, width, vocabulary = ops.shape(scores)[0], ops.shape(scores)[1], ops.shape(scores)[2]
     # Not `top_k` alone: the order of equal scores would be the backend's
     # (torch's `topk` promises none), and with it which beams survive.
-    best_scores, best = first_top_k(ops.reshape(scores, (batch, width * vocabulary)), width)
+    best_scores, best = first_top_k(
+        ops.reshape(scores if ranking is None else ranking, (batch, width * vocabulary)), width
+    )
     parents = ops.floor_divide(best, vocabulary)
     tokens = ops.mod(best, vocabulary)
     # One gather from the flat candidates (a `take_along_axis` costs some
     # thirty shape operations per step in an exported graph); the parents'
     # flags and lengths by `gather_beams`'s mask, as the width is small.
     offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * (width * vocabulary), 1)
-    log_probs = ops.reshape(ops.take(ops.reshape(total, (-1,)), ops.reshape(best + offsets, (-1,))), (batch, width))
+    flat_best = ops.reshape(best + offsets, (-1,))
+    log_probs = ops.reshape(ops.take(ops.reshape(total, (-1,)), flat_best), (batch, width))
+    if ranking is not None:
+        best_scores = ops.reshape(ops.take(ops.reshape(scores, (-1,)), flat_best), (batch, width))
     parent_finished = gather_beams(finished, parents)
     tokens = ops.where(parent_finished, pad_token, tokens)
     lengths = gather_beams(ops.cast(lengths, "int32"), parents)

@@ -78,6 +78,14 @@ class SearchStrategy:
 
     registered_name = None
     runtime_fields = ()
+    # Hypotheses kept per example while searching (None: one, no hypotheses
+    # axis); a beam-like strategy's decoder tiles its memory by it.
+    beams = None
+
+    @property
+    def hypotheses(self):
+        """The size of the outputs' hypotheses axis (None: no such axis)."""
+        return None
 
     @classmethod
     def fields(cls):
@@ -198,6 +206,14 @@ class BeamSearch(SearchStrategy):
             raise ValueError(
                 f"{owner}: `num_hypotheses` must be at most `beam_width` {self.beam_width}; got {num_hypotheses!r}."
             )
+
+    @property
+    def beams(self):
+        return self.beam_width
+
+    @property
+    def hypotheses(self):
+        return self.num_hypotheses or self.beam_width
 
     def get_config(self):
         return {
