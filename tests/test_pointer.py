@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 import keras_attention as ka
-from keras_attention.decoding import beam_search, greedy_search
+from keras_attention.decoding import DiverseBeamSearch, beam_search, greedy_search
 from keras_attention.layers.pointer import PointerAttention
 from keras_attention.models.pointer import END, PointerNetwork
 from tests import reference
@@ -395,14 +395,19 @@ def test_decoding_compiles_with_xla(trained):
 
 
 def test_decoding_exports_to_saved_model_and_onnx_with_identical_ids(trained, tmp_path):
-    """Greedy and beam decoding in one exported model: both loops, ids exact."""
+    """Greedy, beam and diverse beam decoding in one exported model: the three loops, ids exact."""
     numbers = keras.Input((None, 1), name="numbers")
     masked = keras.layers.Masking(0.0)(numbers)
     outputs = []
-    for beam_width in (None, 3):
+    diverse = DiverseBeamSearch(4, num_groups=2, diversity_strength=1.0)
+    for name, search in (
+        ("greedy", {"beam_width": None}),
+        ("beam", {"beam_width": 3}),
+        ("diverse", {"search": diverse}),
+    ):
         # cuDNN LSTMs (a GPU's default) do not convert to ONNX.
-        config = {**trained.network.get_config(), "beam_width": beam_width, "use_cudnn": False}
-        network = PointerNetwork.from_config({**config, "name": f"pointer_{beam_width}"})
+        config = {**trained.network.get_config(), **search, "use_cudnn": False}
+        network = PointerNetwork.from_config({**config, "name": f"pointer_{name}"})
         outputs.append(network(masked))
         network.set_weights(trained.network.get_weights())
     infer = keras.Model(numbers, outputs)
@@ -412,9 +417,10 @@ def test_decoding_exports_to_saved_model_and_onnx_with_identical_ids(trained, tm
         {"numbers": test_numbers[7:8, :4]},  # another batch size and length
     ]
     assert_export_parity(infer, batches, tmp_path, atol=0)
-    greedy, beam = infer(test_numbers[:7])
+    greedy, beam, diverse_best = infer(test_numbers[:7])
     np.testing.assert_array_equal(greedy, trained.infer(test_numbers[:7]))
     assert_valid_pointers(beam, trained.test[2][:7], complete=True)
+    assert_valid_pointers(diverse_best, trained.test[2][:7], complete=False)
 
 
 def test_keras_file_round_trip_of_both_models(trained, tmp_path):

@@ -55,6 +55,7 @@ def select_by_group(scores, total, finished, lengths, end_token, pad_token, num_
     # tokens [[0, 1]]: group 1 pays 1.0 for token 0, which group 0 chose
     ```
     """
+    scores, finished = ops.convert_to_tensor(scores, "float32"), ops.convert_to_tensor(finished, "bool")
     width = scores.shape[1]
     size = width // num_groups
     strength = diversity_strength

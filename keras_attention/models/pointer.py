@@ -4,17 +4,13 @@ import keras
 from keras import ops
 
 from keras_attention import _checks
-from keras_attention.decoding.beam_search import beam_search
+from keras_attention.decoding import strategies
 from keras_attention.decoding.beams import tile_batch
-from keras_attention.decoding.greedy import greedy_search
+from keras_attention.decoding.strategies import BeamSearch
 from keras_attention.layers.pointer import PointerAttention, logits_dtype
+from keras_attention.models.pointer_search import END, constrain, pointer_strategy, split_options
 
 __all__ = ["END", "PointerNetwork"]
-
-# Pointer id 0 is the end of the output; id n >= 1 points at input element n
-# (1-based, as in the paper). Id 0 is also the start: the decoder's first
-# input is the learned start vector stored at row 0 of the pointed-at table.
-END = 0
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -47,10 +43,15 @@ class PointerNetwork(keras.layers.Layer):
 
     Inference, `layer(inputs)`: decodes inside the graph (a
     `keras.ops.while_loop`): each step feeds the pointed-at input element
-    back in and masks what was chosen. Greedy with `beam_width=None`, beam
-    search otherwise. It compiles with XLA and exports to SavedModel and
-    ONNX. `decode` returns every beam with its scores; `decoding_step` gives
-    the step function for `keras_attention.decoding`'s other searches.
+    back in and masks what was chosen. The search is one of
+    `keras_attention.decoding`'s strategies (`search=`, e.g.
+    `BeamSearch(4, num_hypotheses=2)` or `DiverseBeamSearch`); the keyword
+    form `beam_width=None` is greedy, `beam_width=k` beam search of width k.
+    It compiles with XLA and exports to SavedModel and ONNX. `decode`
+    returns every hypothesis with its scores and takes the strategy's
+    run-time options and the constraints that apply to positions
+    (`min_length`, `allowed_positions`, `prefix`); `decoding_step` gives the
+    step function for a search of one's own.
 
     Paper: Vinyals, Fortunato & Jaitly, "Pointer Networks", NeurIPS 2015,
     arXiv:1506.03134.
@@ -73,6 +74,9 @@ class PointerNetwork(keras.layers.Layer):
             permutation of `n` inputs, `n + 1`); needed only for inference.
         beam_width: None for greedy decoding, else the beam width.
         length_penalty_weight: beam search's GNMT length penalty `alpha`.
+        search: a search strategy (`keras_attention.decoding.get`: a
+            strategy, its registered name or its config) in place of
+            `beam_width` and `length_penalty_weight`.
         use_cudnn: passed to the LSTMs; on a GPU, export to ONNX needs False.
         **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
 
@@ -96,6 +100,7 @@ class PointerNetwork(keras.layers.Layer):
         beam_width=None,
         length_penalty_weight=0.0,
         use_cudnn="auto",
+        search=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -106,6 +111,13 @@ class PointerNetwork(keras.layers.Layer):
         self.length_penalty_weight = _checks.check_number(
             self, "length_penalty_weight", length_penalty_weight, minimum=0
         )
+        self.search = None if search is None else strategies.get(search)
+        if self.search is not None and (self.beam_width is not None or self.length_penalty_weight):
+            raise ValueError(
+                f"PointerNetwork: give the search either as `search` ({self.search!r}) or as `beam_width` and "
+                f"`length_penalty_weight`; got beam_width={beam_width!r}, "
+                f"length_penalty_weight={length_penalty_weight!r} too."
+            )
         self.mask_chosen = bool(mask_chosen)
         self.use_cudnn = use_cudnn
         self.supports_masking = True
@@ -280,33 +292,52 @@ class PointerNetwork(keras.layers.Layer):
         logits = self.pointer.pointer_logits(output, prepared["keys"], allowed)
         return logits, dict(states, h=state_h, c=state_c, chosen=chosen)
 
-    def decode(self, inputs, mask=None, max_length=None, beam_width=None):
+    def decode(
+        self,
+        inputs,
+        mask=None,
+        max_length=None,
+        beam_width=None,
+        search=None,
+        options=None,
+        min_length=0,
+        allowed_positions=None,
+        prefix=None,
+    ):
         """Decode in the graph; returns `keras_attention.decoding`'s result dict.
 
-        With the layer's `beam_width` None: greedy, `ids (B, max_length)`;
-        otherwise beam search, `ids (B, beam, max_length)` best first. When
-        fewer valid hypotheses exist than beams (few inputs, wide beam), the
-        extra beams are empty: all ids 0, length 0, and a score of `-inf`.
-        `max_length` and `beam_width` default to the layer's.
+        The search is `search` (a strategy, name or config), else a beam
+        search of `beam_width`, else the layer's. Greedy and sampling give
+        `ids (B, max_length)`; a beam-like strategy `ids (B, hypotheses,
+        max_length)` best first. When fewer valid hypotheses exist than beams
+        (few inputs, wide beam), the extra beams are empty: all ids 0,
+        length 0, and a score of `-inf`. `max_length` defaults to the
+        layer's.
+
+        `options` {name: value} sets the strategy's run-time fields (e.g.
+        `length_penalty_weight`, `diversity_strength`, `temperature`) and
+        `max_length` / `min_length`, each one number or `(B,)` values, one
+        per example. The constraints, in pointer ids (0 the end, k >= 1
+        input k): `min_length`, the end forbidden before that many pointers
+        (at most the inputs' count); `allowed_positions` `(B, Ts + 1)` bool,
+        the positions each example may point at (the end always may);
+        `prefix` `(B, P)` ids right-padded with -1, each example's forced
+        first pointers.
         """
         max_length = self.max_length if max_length is None else max_length
-        beam_width = self.beam_width if beam_width is None else beam_width
         max_length, beam_width = self._check_decoding(max_length, beam_width)
+        if search is None:
+            search = self.search if beam_width is None else BeamSearch(beam_width, self.length_penalty_weight)
+        strategy = pointer_strategy(search, self.beam_width, self.length_penalty_weight)
         constants, state = self._decoding_start(inputs, mask)
-        if beam_width is None:
-            return greedy_search(self._stepper(constants), state, END, END, max_length)
-        # Every beam reads its own copy of its example's constants, tiled once
-        # (the loop then need not carry, nor beam search reorder, them).
-        step_fn = self._stepper(tile_batch(constants, beam_width))
-        # beam_search blanks the beams it has no valid hypothesis for.
-        return beam_search(
-            step_fn,
-            state,
-            END,
-            END,
-            max_length,
-            beam_width,
-            length_penalty_weight=self.length_penalty_weight,
+        runtime, length_limits, min_length = split_options(strategy, options, ops.shape(inputs)[0], min_length)
+        if strategy.beams:
+            # Every beam reads its own copy of its example's constants, tiled
+            # once (the loop then need not carry, nor the search reorder, them).
+            constants = tile_batch(constants, strategy.beams)
+        step_fn, state = constrain(self._stepper(constants), state, max_length, min_length, allowed_positions, prefix)
+        return strategy.search(
+            step_fn, state, runtime, start_tokens=END, end_token=END, max_length=max_length, length_limits=length_limits
         )
 
     def _stepper(self, constants):
@@ -322,7 +353,8 @@ class PointerNetwork(keras.layers.Layer):
         self._check_shapes(inputs.shape, None if targets is None else targets.shape)
         if targets is None:
             ids = self.decode(inputs, mask)["ids"]
-            return ids if self.beam_width is None else ids[:, 0]
+            hypotheses = pointer_strategy(self.search, self.beam_width, self.length_penalty_weight).hypotheses
+            return ids if hypotheses is None else ids[:, 0]
         elements, memory, valid, state = self._encode(inputs, self._inputs_mask(mask), training)
         return self._teacher_forced(elements, memory, valid, state, targets, training)
 
@@ -357,6 +389,7 @@ class PointerNetwork(keras.layers.Layer):
                 "beam_width": self.beam_width,
                 "length_penalty_weight": self.length_penalty_weight,
                 "use_cudnn": self.use_cudnn,
+                "search": None if self.search is None else keras.saving.serialize_keras_object(self.search),
             }
         )
         return config
