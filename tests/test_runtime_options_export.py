@@ -96,7 +96,7 @@ def keras_ids(model, decoder, batch):
 
 
 @pytest.mark.parametrize("method", list(OPTIONS))
-def test_each_option_agrees_in_keras_saved_model_and_onnx(method, tmp_path):
+def test_each_option_agrees_in_keras_saved_model_and_onnx(method, tmp_path, capsys):
     model, decoder = option_model(method)
     source = sources()
     batches = [{"source": source}] + [{"source": source, name: value} for name, value in OPTIONS[method].items()]
@@ -119,6 +119,13 @@ def test_each_option_agrees_in_keras_saved_model_and_onnx(method, tmp_path):
         run_onnx(tmp_path / "export", everything)["outputs"]["ids"], keras_ids(model, decoder, everything)
     )
     np.testing.assert_array_equal(run_onnx(tmp_path / "export", {"source": source})["outputs"]["ids"], default)
+    # The serve command takes each option as a flag (one value for every input).
+    one = {name: np.asarray(value).reshape(-1)[-1].item() for name, value in OPTIONS[method].items()}
+    flags = [text for name, value in one.items() for text in ("--" + name.replace("_", "-"), str(value))]
+    inputs = json.dumps({"source": source.tolist()})
+    assert serve([str(tmp_path / "export"), "--inputs", inputs, "--runs", "0", "--json", "--all-outputs", *flags]) == 0
+    served = json.loads(capsys.readouterr().out)["outputs"]["ids"]
+    np.testing.assert_array_equal(served, keras_ids(model, decoder, {"source": source, **one}))
 
 
 def test_the_ensemble_exports_its_runtime_options(tmp_path):
