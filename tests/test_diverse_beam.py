@@ -211,3 +211,16 @@ def test_a_decoder_takes_the_strategy_and_saves_it(tmp_path):
     layer = [layer for layer in loaded.layers if isinstance(layer, ka.InferenceDecoder)][0]
     assert layer.method == "diverse_beam" and layer.num_groups == 2 and layer.diversity_strength == 2.0
     np.testing.assert_array_equal(numpy_of(loaded(memory))["ids"], result["ids"])
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="XLA through tf.function")
+def test_the_search_compiles_with_xla():
+    import tensorflow as tf
+
+    step, state = table_step(table(seed=2))
+    strategy = DiverseBeamSearch(6, 0.5, early_stopping=True, num_groups=3, diversity_strength=1.0)
+    common = dict(start_tokens=0, end_token=END, max_length=STEPS)
+    eager = numpy_of(strategy.search(step, state, **common))
+    compiled = numpy_of(tf.function(lambda: strategy.search(step, state, **common), jit_compile=True)())
+    for name in eager:
+        np.testing.assert_array_equal(compiled[name], eager[name], err_msg=name)
