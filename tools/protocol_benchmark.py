@@ -140,13 +140,12 @@ def _spread(values):
 
 def table(data, kind="ratios"):
     """Rows (name, before, after, change, noise, verdict): geometric means over each side's runs."""
-    sides = {"before": [r for r in data["runs"] if r["label"] == "before"]}
-    sides["after"] = [r for r in data["runs"] if r["label"] == "after"]
-    names = [n for n in sides["before"][0][kind] if all(n in r[kind] for r in data["runs"])] if sides["before"] else []
+    sides = {label: [r for r in data["runs"] if r["label"] == label] for label in ("before", "after")}
+    names = dict.fromkeys(name for run in data["runs"] for name in run[kind])  # a run cut short lacks some
     rows = []
     for name in names:
-        values = {side: [r[kind][name] for r in runs] for side, runs in sides.items()}
-        if not values["after"] or min(values["before"] + values["after"]) <= 0:
+        values = {side: [r[kind][name] for r in runs if name in r[kind]] for side, runs in sides.items()}
+        if not values["before"] or not values["after"] or min(values["before"] + values["after"]) <= 0:
             continue
         before, after = _geomean(values["before"]), _geomean(values["after"])
         change = after / before - 1
