@@ -188,7 +188,8 @@ def select_candidates(scores, total, finished, lengths, end_token, pad_token):
         total: float `(batch, width, vocabulary)`, from `extend_hypotheses`.
         finished: bool `(batch, width)`.
         lengths: int `(batch, width)`.
-        end_token, pad_token: ints.
+        end_token: an int.
+        pad_token: an int.
 
     Returns:
         A dict of `(batch, width)` tensors: `scores`, `log_probs`, `parents`
