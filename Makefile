@@ -10,9 +10,12 @@ PIP := $(BIN)/python -m pip
 PYTEST_ARGS ?=
 # The suite spreads over the cores (pytest-xdist), one test file per worker
 # at a time, so a module's fixtures (a trained smoke model) are built once;
-# PYTEST_WORKERS=0 runs it in this process (for a debugger, or -x).
+# PYTEST_WORKERS=0 runs it in this process (for a debugger, or -x). The
+# files go out in the suite's order, the longest measured first
+# (tests/conftest.py, tests/module_seconds.json), not xdist's most-tests-first,
+# which left the minutes-long example smoke runs to the end on one worker.
 PYTEST_WORKERS ?= auto
-PYTEST := -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+PYTEST := -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test test-jax test-torch lint docs chromium tour bench g2p g2p-large gpu-check venv clean
 

@@ -94,7 +94,8 @@ def plot_attention(
         annotate: write each weight in its cell; default: when the map has at
             most 15 x 15 cells.
         dpi: resolution of the written PNG.
-        xlabel, ylabel: the axis titles ("" for none).
+        xlabel: the x axis's title ("" for none).
+        ylabel: the y axis's title ("" for none).
         figsize: `(width, height)` in inches; default: about a third of an
             inch per cell (at least 4 x 3), plus room for the labels.
 

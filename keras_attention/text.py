@@ -38,9 +38,11 @@ class Vocabulary:
         tokens: every token, in id order, special tokens included; the first
             must be `pad_token`.
         separator: None (characters) or the string between tokens.
-        pad_token, unknown_token, start_token, end_token: the special tokens
-            (each must be in `tokens`), or None for none. Without an unknown
-            token, encoding an unlisted token raises.
+        pad_token: the padding token (in `tokens`), or None for none.
+        unknown_token: the token of unlisted tokens (in `tokens`), or None
+            for none: then encoding an unlisted token raises.
+        start_token: the token that starts a sequence (in `tokens`), or None.
+        end_token: the token that ends a sequence (in `tokens`), or None.
         lowercase: lower-case texts before tokenising.
         normalization: None or a Unicode normal form applied before
             tokenising: "NFD" splits accented letters and Hangul syllables

@@ -119,9 +119,11 @@ def import_tfa_seq2seq(
             (`BahdanauAttention`), with or without `scale=True` /
             `normalize=True` (read from the checkpoint). A checkpoint whose
             mechanism is the other one is refused, naming the right value.
-        start_token, end_token, max_length: decoding, as given to tfa's
-            samplers and `maximum_iterations`.
-        beam_width, length_penalty_weight: the beam decoder's.
+        start_token: decoding's start id, as given to tfa's samplers.
+        end_token: decoding's end id, as given to tfa's samplers.
+        max_length: the most tokens decoded (tfa's `maximum_iterations`).
+        beam_width: the beam decoder's width.
+        length_penalty_weight: the beam decoder's length penalty.
         encoder: "lstm" or "gru", the encoder RNN (default: as `cell`); its
             final state is the decoder's initial cell state.
         names: optional {role: checkpoint path}, for roles in `ROLES` whose
@@ -139,9 +141,10 @@ def import_tfa_seq2seq(
             return (all three by default; e.g. `["trainer"]` to fine-tune).
 
     Returns:
-        {"trainer": keras.Model([source, target_in]) -> logits,
-         "greedy": keras.Model(source) -> {"ids", "scores", "lengths", "alignments"},
-         "beam": the same with beams}, sharing their layers (those `build` names).
+        A dict of the models `build` names, sharing their layers: "trainer"
+            (`keras.Model([source, target_in])` -> logits), "greedy"
+            (`keras.Model(source)` -> {"ids", "scores", "lengths",
+            "alignments"}) and "beam" (the same with beams).
 
     Raises:
         FileNotFoundError: no checkpoint at `checkpoint`.

@@ -33,3 +33,18 @@ def _fresh_keras_state():
     # loaded one takes 0.2 to 0.5 s (hundreds of thousands of objects),
     # minutes over the suite; Python's own collector still runs as usual.
     keras.backend.clear_session(free_memory=False)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The test modules longest first (measured in tests/module_seconds.json,
+    tools/module_durations.py), each module's tests in their own order: the
+    workers of `make test` (`--dist loadfile --no-loadscope-reorder`) take
+    the modules in this order, so no minutes-long module starts last."""
+    from tools import module_durations
+
+    counts = {}
+    for item in items:
+        counts[item.path.name] = counts.get(item.path.name, 0) + 1
+    order = module_durations.longest_first(counts, module_durations.read(keras.backend.backend()))
+    rank = {name: i for i, name in enumerate(order)}
+    items.sort(key=lambda item: rank[item.path.name])

@@ -114,3 +114,98 @@ def test_a_run_that_died_counts_what_it_reported_and_the_test_it_was_running(tab
     assert table.parse_verbose("collecting ...\n", -11, "test_cells.py") == {
         "test_cells.py::(crashed with exit status -11)": ("error", None)
     }
+
+
+def _section(table, tests, seconds):
+    """A backend's section from made-up outcomes ({module: seconds} given)."""
+    statuses = {m: 1 if any(o == "failed" for t, (o, _) in tests.items() if t.startswith(m)) else 0 for m in seconds}
+    return table.section_of(tests, statuses, seconds, {"keras": "3", "jax": "0"})
+
+
+CELLS = {
+    "test_cells.py::test_gru_cell": ("passed", None),
+    "test_cells.py::test_lstm_cell[f64]": ("skipped", "float64: no x64"),
+}
+LAYERS_BEFORE = {
+    "test_layer_discipline.py::test_matches_numpy_reference[dot]": ("passed", None),
+    "test_layer_discipline.py::test_gradients[dot]": ("skipped", "float64: no x64"),
+    "test_layer_discipline.py::test_matches_numpy_reference[pooling]": ("failed", None),
+}
+LAYERS_AFTER = {
+    "test_layer_discipline.py::test_matches_numpy_reference[dot]": ("passed", None),
+    "test_layer_discipline.py::test_gradients[dot]": ("passed", None),
+    "test_layer_discipline.py::test_matches_numpy_reference[pooling]": ("passed", None),
+    "test_layer_discipline.py::test_matches_numpy_reference[multi_head]": ("passed", None),
+}
+
+
+def test_a_rerun_module_is_merged_as_if_everything_had_run_again(table):
+    before = _section(table, CELLS | LAYERS_BEFORE, {"test_cells.py": 10.0, "test_layer_discipline.py": 30.0})
+    rerun = _section(table, LAYERS_AFTER, {"test_layer_discipline.py": 20.0})
+    merged = table.merge_section(before, rerun, ["test_layer_discipline.py"])
+    everything = _section(table, CELLS | LAYERS_AFTER, {"test_cells.py": 10.0, "test_layer_discipline.py": 20.0})
+    assert merged == everything
+    # By hand: the failure and the dot gradient's skip are gone, the cells' skip kept.
+    assert merged["totals"] == {"passed": 5, "skipped": 1, "failed": 0, "error": 0}
+    assert merged["areas"]["score layers"]["skip_reasons"] == {}
+    assert merged["areas"]["decoder cells"]["skip_reasons"] == {"float64: no x64": 1}
+    assert merged["areas"]["pooling and hierarchical"] == {
+        "passed": 1,
+        "skipped": 0,
+        "failed": 0,
+        "error": 0,
+        "skip_reasons": {},
+        "modules": ["test_layer_discipline.py"],
+    }
+    assert merged["seconds"] == 30.0 and merged["exit_status"] == 0 and merged["exit_statuses"] == {}
+    assert before["exit_statuses"] == {"test_layer_discipline.py": 1}
+
+
+def test_a_section_without_per_module_areas_takes_new_modules_only(table):
+    """The committed results predate `module_areas`: a module they lack is
+    added to their areas; one they have cannot be taken out, and is refused."""
+    old = _section(table, CELLS, {"test_cells.py": 10.0})
+    del old["module_areas"], old["module_seconds"]
+    new = _section(table, LAYERS_AFTER, {"test_layer_discipline.py": 20.0})
+    merged = table.merge_section(old, new, ["test_layer_discipline.py"])
+    everything = _section(table, CELLS | LAYERS_AFTER, {"test_cells.py": 10.0, "test_layer_discipline.py": 20.0})
+    for key in ("totals", "areas", "modules", "seconds"):
+        assert merged[key] == everything[key], key
+    # The added module's areas are kept, so it can be rerun later; the old one cannot.
+    assert list(merged["module_areas"]) == ["test_layer_discipline.py"]
+    assert table.merge_problem(merged, ["test_layer_discipline.py"]) is None
+    assert "test_cells.py" in table.merge_problem(merged, ["test_cells.py"])
+    with pytest.raises(ValueError, match=r"merge_section: cannot merge \['test_cells.py'\]: .*per-module areas"):
+        table.merge_section(old, _section(table, CELLS, {"test_cells.py": 1.0}), ["test_cells.py"])
+    assert "no measured section" in table.merge_problem({"skipped": ".venv-jax is not built"}, ["test_cells.py"])
+
+
+def test_modules_are_checked_before_anything_runs(table, tmp_path, capsys):
+    results = tmp_path / "backends.json"
+    old = _section(table, CELLS, {"test_cells.py": 10.0})
+    del old["module_areas"]
+    results.write_text(json.dumps({"backends": {"tensorflow": old}, "modules": ["test_cells.py"]}), encoding="utf-8")
+    with pytest.raises(SystemExit):
+        table.main(["--modules", "test_cells.py", "--backends", "tensorflow", "--results", str(results)])
+    assert "cannot merge into" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        table.main(["--modules", "test_no_such_module.py", "--results", str(results)])
+    assert "are not backend-neutral modules" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # jax has no section in this file to merge into
+        table.main(["--modules", "tests/test_cells.py", "--backends", "jax", "--results", str(results)])
+    assert "no measured section" in capsys.readouterr().err
+    assert json.loads(results.read_text(encoding="utf-8"))["backends"] == {"tensorflow": old}
+
+
+def test_the_page_names_the_modules_merged_since_the_run(table):
+    section = _section(table, CELLS, {"test_cells.py": 10.0})
+    block = table.page_block(
+        {
+            "date": "2026-11-26 21:00 UTC",
+            "modules": ["test_cells.py"],
+            "tensorflow_only_modules": [],
+            "backends": {"jax": section},
+            "reruns": [{"date": "2026-11-27 01:00 UTC", "modules": ["test_cells.py"], "backends": ["jax"]}],
+        }
+    )
+    assert "Rerun since and merged in: test_cells.py on JAX (2026-11-27 01:00 UTC)." in block

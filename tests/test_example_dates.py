@@ -10,14 +10,28 @@ from tests import examples
 translate_dates = examples.load("translate_dates")
 
 
-def run(out, *extra):
-    completed = examples.run("examples.translate_dates", "--smoke", "--out", out, *extra, timeout=900)
-    return json.loads((out / "results.json").read_text()), completed.stdout
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory):
+    """`run(distribute)`: the smoke run's (out, results, stdout), each
+    distribution run once for the module (the export test reads the plain
+    run's models: a second training would give the same files)."""
+    done = {}
+
+    def run(distribute):
+        if distribute not in done:
+            out = tmp_path_factory.mktemp(f"dates_{distribute}")
+            completed = examples.run(
+                "examples.translate_dates", "--smoke", "--out", out, "--distribute", distribute, timeout=900
+            )
+            done[distribute] = out, json.loads((out / "results.json").read_text()), completed.stdout
+        return done[distribute]
+
+    return run
 
 
 @pytest.mark.parametrize("distribute", ["none", "mirrored"])
-def test_smoke_run_writes_its_outputs(distribute, tmp_path):
-    results, stdout = run(tmp_path, "--distribute", distribute)
+def test_smoke_run_writes_its_outputs(distribute, smoke_runs):
+    tmp_path, results, stdout = smoke_runs(distribute)
     for key in ("greedy_exact_match", "beam_exact_match", "greedy_character_accuracy"):
         assert 0.0 <= results[key] <= 1.0, key
     assert results["final_loss"] > 0 and results["replicas"] == (2 if distribute == "mirrored" else 1)
@@ -71,15 +85,14 @@ def test_the_vocabularies_round_trip_with_the_ids_the_model_was_built_on():
     np.testing.assert_array_equal(source.encode(["M", "m!"]), [[29, 0], [29, 1]])
 
 
-def test_smoke_model_exports_with_its_decoders(tmp_path):
+def test_smoke_model_exports_with_its_decoders(smoke_runs, tmp_path):
     """The example's three models export together; decoded ids match exactly."""
     import keras
     import numpy as np
 
     import keras_attention as ka
 
-    run(tmp_path / "run")
-    out = tmp_path / "run"
+    out, _, _ = smoke_runs("none")
     samples = json.loads((out / "sample_inputs.json").read_text())
     report = ka.export_model(
         {

@@ -5,6 +5,8 @@ and the backend table of docs/backends.md.
                                              # TensorFlow, JAX and PyTorch; write the
                                              # results file and the page's block
     python -m tools.backend_table --backends jax      # rerun one backend, keep the others
+    python -m tools.backend_table --modules test_a.py test_b.py   # rerun these modules on
+                                             # each backend; the other modules' rows stay
     python -m tools.backend_table --report   # rewrite the page's block from the results file
     python -m tools.backend_table --check    # exit 1 if the page's block is out of date
 
@@ -35,6 +37,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 
+from tools.backend_merge import OUTCOMES, areas_of, merge_problem, merge_section, module_areas
 from tools.readme_block import replace_block
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -121,24 +124,9 @@ def parse_junit(path):
 
 def tally(tests):
     """Counts per area and per module, and the skip reasons per area."""
-    zero = lambda: {"passed": 0, "skipped": 0, "failed": 0, "error": 0}  # noqa: E731
-    areas = collections.defaultdict(lambda: {**zero(), "skip_reasons": collections.Counter(), "modules": set()})
-    modules = collections.defaultdict(zero)
-    for test_id, (outcome, reason) in tests.items():
-        area = areas[area_of(test_id)]
-        area[outcome] += 1
-        area["modules"].add(test_id.split("::", 1)[0])
-        if reason:
-            area["skip_reasons"][reason] += 1
-        modules[test_id.split("::", 1)[0]][outcome] += 1
-    out = {}
-    for name, counts in areas.items():
-        out[name] = {
-            **counts,
-            "skip_reasons": dict(counts["skip_reasons"].most_common()),
-            "modules": sorted(counts["modules"]),
-        }
-    return out, dict(sorted(modules.items()))
+    by_module = module_areas(tests, area_of)
+    modules = {m: {o: sum(a[o] for a in areas.values()) for o in OUTCOMES} for m, areas in by_module.items()}
+    return areas_of(by_module), modules
 
 
 _VERBOSE = re.compile(r"^(tests/)?(test_\w+\.py::\S+)(?: (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)(?: \((.*)\))?)?")
@@ -188,15 +176,14 @@ def run_backend(backend, modules, log, pytest_args=()):
         return {"skipped": f"{BACKENDS[backend]} is not built (make test-{backend} builds it)"}
     log(f"== {backend}: {len(modules)} modules")
     begin = time.perf_counter()
-    tests, statuses = {}, {}
+    tests, statuses, module_seconds = {}, {}, {}
     for module in modules:
         start = time.perf_counter()
         found, statuses[module] = run_module(python, backend, module, pytest_args)
         tests.update(found)
+        module_seconds[module] = round(time.perf_counter() - start, 1)
         counts = collections.Counter(outcome for outcome, _ in found.values())
-        log(f"   {backend} {module}: {dict(counts)} ({time.perf_counter() - start:.0f} s)")
-    seconds = round(time.perf_counter() - begin, 1)
-    areas, by_module = tally(tests)
+        log(f"   {backend} {module}: {dict(counts)} ({module_seconds[module]:.0f} s)")
     versions = subprocess.run(
         [
             str(python),
@@ -206,15 +193,25 @@ def run_backend(backend, modules, log, pytest_args=()):
         capture_output=True,
         text=True,
     ).stdout.split()
-    totals = {k: sum(a[k] for a in areas.values()) for k in ("passed", "skipped", "failed", "error")}
+    versions = {"keras": versions[0] if versions else None, _package(backend): versions[1] if versions else None}
+    return section_of(tests, statuses, module_seconds, versions, seconds=round(time.perf_counter() - begin, 1))
+
+
+def section_of(tests, statuses, module_seconds, versions, seconds=None):
+    """A backend's section of the results from its runs' {test id: (outcome,
+    reason)}, {module: exit status} and {module: seconds}."""
+    areas, by_module = tally(tests)
     return {
-        "versions": {"keras": versions[0] if versions else None, _package(backend): versions[1] if versions else None},
-        "seconds": seconds,
+        "versions": versions,
+        "seconds": round(sum(module_seconds.values()), 1) if seconds is None else seconds,
         "exit_status": max(statuses.values(), key=abs, default=0),
         "exit_statuses": {m: code for m, code in statuses.items() if code not in (0, 5)},
-        "totals": totals,
+        "totals": {k: sum(a[k] for a in areas.values()) for k in OUTCOMES},
         "areas": areas,
         "modules": by_module,
+        # What a later `--modules` rerun takes out and puts back (tools/backend_merge.py).
+        "module_areas": module_areas(tests, area_of),
+        "module_seconds": module_seconds,
     }
 
 
@@ -292,6 +289,9 @@ def page_block(results):
         f"The other {len(results['tensorflow_only_modules'])} test modules import TensorFlow and run on it alone "
         "(the whole suite: `make test`).",
     ]
+    for rerun in results.get("reruns", []):
+        where = ", ".join(LABELS[b] for b in rerun["backends"])
+        lines += ["", f"Rerun since and merged in: {', '.join(rerun['modules'])} on {where} ({rerun['date']})."]
     for backend, section in results["backends"].items():
         if "skipped" in section:
             lines += ["", f"{LABELS[backend]} not measured: {section['skipped']}."]
@@ -310,7 +310,10 @@ def main(argv=None):
     parser.add_argument("--results", default=str(RESULTS), help="the results file (default results/backends.json)")
     parser.add_argument("--parallel", action="store_true", help="run the backends at the same time")
     parser.add_argument(
-        "--modules", default=None, help="comma-separated subset of the modules (a trial: needs another --results)"
+        "--modules",
+        nargs="+",
+        default=None,
+        help="rerun only these backend-neutral modules and merge them into the results (the others' rows stay)",
     )
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest (e.g. -n 2)")
     args = parser.parse_args(argv)
@@ -337,15 +340,18 @@ def main(argv=None):
         parser.error(f"--backends: unknown {unknown}; expected some of {sorted(BACKENDS)}")
     results = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"backends": {}}
     modules = any_backend_modules()
+    chosen = None
     if args.modules:
-        if path == RESULTS:
-            parser.error("--modules writes a partial table: give it a --results file other than the committed one")
-        chosen = [m.strip() for m in args.modules.split(",") if m.strip()]
+        chosen = sorted({os.path.basename(m.strip()) for arg in args.modules for m in arg.split(",") if m.strip()})
         unknown = sorted(set(chosen) - set(modules))
         if unknown:
             parser.error(f"--modules: {unknown} are not backend-neutral modules; expected some of {modules}")
+        for backend in backends:
+            problem = merge_problem(results["backends"].get(backend), chosen)
+            if problem:
+                parser.error(f"--modules: cannot merge into {path}'s {backend}: {problem}")
         modules = chosen
-    if set(backends) != set(BACKENDS) and results.get("modules") not in (None, modules):
+    elif set(backends) != set(BACKENDS) and results.get("modules") not in (None, modules):
         print(
             "warning: the backend-neutral modules changed since the results file was written; "
             "rerun every backend for a consistent table",
@@ -357,16 +363,25 @@ def main(argv=None):
 
         with ThreadPoolExecutor(len(backends)) as pool:
             futures = {b: pool.submit(run_backend, b, modules, log, args.pytest_args) for b in backends}
-            results["backends"].update({b: f.result() for b, f in futures.items()})
+            ran = {b: f.result() for b, f in futures.items()}
     else:
-        for backend in backends:
-            results["backends"][backend] = run_backend(backend, modules, log, args.pytest_args)
+        ran = {backend: run_backend(backend, modules, log, args.pytest_args) for backend in backends}
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = "python -m tools.backend_table " + " ".join(argv if argv is not None else sys.argv[1:])
+    if chosen is None:
+        results["backends"].update(ran)
+        results.update({"date": date, "command": command, "modules": modules})
+        if set(backends) == set(BACKENDS):
+            results.pop("reruns", None)
+    else:
+        for backend, section in ran.items():
+            results["backends"][backend] = merge_section(results["backends"][backend], section, chosen)
+        results["modules"] = sorted(set(results.get("modules", [])) | set(chosen))
+        reruns = results.setdefault("reruns", [])
+        reruns.append({"date": date, "command": command, "modules": chosen, "backends": backends})
     results["backends"] = {b: results["backends"][b] for b in BACKENDS if b in results["backends"]}
     results.update(
         {
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": "python -m tools.backend_table " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "modules": modules,
             "tensorflow_only_modules": tensorflow_only_modules(),
             "areas": [{"area": a, "pattern": p} for a, p in AREAS],
         }

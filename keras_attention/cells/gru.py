@@ -41,7 +41,8 @@ class AttentionGRUCell(GatedAttentionCell):
         units: the state size `u`.
         attention: a score layer (e.g. `AdditiveAttention(units=64)`); it is
             queried with `s_{t'-1}`.
-        kernel_initializer, kernel_regularizer: for the kernels.
+        kernel_initializer: for the kernels.
+        kernel_regularizer: for the kernels.
 
     Example:
 

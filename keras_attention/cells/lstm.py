@@ -39,7 +39,8 @@ class AttentionLSTMCell(GatedAttentionCell):
     Args:
         units: the state size `u`.
         attention: a score layer, queried with `h_{t-1}`.
-        kernel_initializer, kernel_regularizer: for the kernels.
+        kernel_initializer: for the kernels.
+        kernel_regularizer: for the kernels.
 
     Example:
 

@@ -110,7 +110,8 @@ class AttentionWrapper(WeightSettings, AttentionCell):
             it (and with a stateless attention) `AttentionDecoder`
             trains without a per-step attention: one pass of the wrapped
             cell, then one attention call over every step (`run_sequence`).
-        kernel_initializer, kernel_regularizer: for `W_c`.
+        kernel_initializer: for `W_c`.
+        kernel_regularizer: for `W_c`.
 
     Example:
 

@@ -63,7 +63,9 @@ class EnsembleDecoder(SearchDecoder):
         members: a list of `InferenceDecoder`s over one target vocabulary.
         combine: "probabilities" (the mean of the members' probabilities) or
             "log_probabilities" (their geometric mean).
-        start_token, end_token, max_length: default: the first member's.
+        start_token: default: the first member's.
+        end_token: default: the first member's.
+        max_length: default: the first member's.
         **options: the search options of `InferenceDecoder` (method,
             beam_width, penalties, sampling, constraints, what to return,
             `runtime_options`: the call then takes `options=` as there).

@@ -54,9 +54,17 @@ class InferenceDecoder(SearchDecoder):
             here on first call).
         embedding: layer mapping ids `(N,)` to `(N, dy)`.
         output_layer: layer mapping the cell output to logits `(N, V)`.
-        start_token, end_token: ids; `max_length`: the most tokens produced.
+        start_token: the id fed at the first step.
+        end_token: the id that ends a hypothesis.
+        max_length: the most tokens produced.
+        output_uses_inputs: feed `[o_t ; x_t]` to `output_layer`.
+        **options: the search options (`SearchDecoder`'s), listed next.
+
+    Keyword Args:
         method: "greedy", "sample" or "beam".
-        beam_width, length_penalty_weight, coverage_penalty_weight: beam search.
+        beam_width: beam search's number of hypotheses.
+        length_penalty_weight: beam search's length penalty (GNMT's).
+        coverage_penalty_weight: beam search's coverage penalty (GNMT's).
         early_stopping: beam search stops once, for every example, the best
             finished hypothesis scores at least `L / lp(max_length)` for
             every running hypothesis of log-probability `L` (`L` itself
@@ -66,24 +74,27 @@ class InferenceDecoder(SearchDecoder):
         length_convention: "default", or "tfa" for the hypotheses and
             ranking of `tfa.seq2seq.BeamSearchDecoder` with a length or
             coverage penalty (its length bookkeeping; see `beam_search`).
-        temperature, top_k, top_p, seed: sampling (`top_p`: nucleus
-            sampling, after temperature and `top_k`; 1 keeps every token).
+        temperature: sampling's temperature.
+        top_k: sampling from the k most likely tokens.
+        top_p: nucleus sampling, after temperature and `top_k`; 1 keeps
+            every token.
+        seed: sampling's seed.
         min_length: the end token is forbidden before this many tokens.
-        max_length_ratio, max_length_offset: with a ratio, example `b` has
-            at most `min(max_length, floor(ratio * source_length[b] +
-            offset))` tokens (the end included), its source length read
-            from the memory mask.
+        max_length_ratio: with a ratio, example `b` has at most
+            `min(max_length, floor(ratio * source_length[b] + offset))`
+            tokens (the end included), its source length read from the
+            memory mask.
+        max_length_offset: the `offset` of that limit.
         suppress_tokens: ids never produced (not the end token).
         repetition_penalty: >= 1; CTRL's penalty on the logits of tokens
             already produced (1: none).
         no_repeat_ngram_size: n > 0 forbids repeating any n-gram (0: none).
-        These hold for every method. Two call arguments go with them: the
-        `allowed_tokens` `(B, V)` bool restricts each example to its own ids
-        (the end token always allowed), and `target_prefix` `(B, P)` ids
-        (right-padded with -1) forces each example's first tokens, after
-        which decoding continues freely. See
-        `keras_attention.decoding.constrained_step`.
-        output_uses_inputs: feed `[o_t ; x_t]` to `output_layer`.
+            These constraints hold for every method. Two call arguments go
+            with them: the `allowed_tokens` `(B, V)` bool restricts each
+            example to its own ids (the end token always allowed), and
+            `target_prefix` `(B, P)` ids (right-padded with -1) forces each
+            example's first tokens, after which decoding continues freely.
+            See `keras_attention.decoding.constrained_step`.
         return_alignments: keep and return the alignment history. Off, the
             loop carries no `(B, L, Ts)` buffer: what a serving model wants.
         num_hypotheses: beam search returns only the best n <= beam_width

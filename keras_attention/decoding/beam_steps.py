@@ -188,7 +188,8 @@ def select_candidates(scores, total, finished, lengths, end_token, pad_token, ra
         total: float `(batch, width, vocabulary)`, from `extend_hypotheses`.
         finished: bool `(batch, width)`.
         lengths: int `(batch, width)`.
-        end_token, pad_token: ints.
+        end_token: an int.
+        pad_token: an int.
         ranking: optional float `(batch, width, vocabulary)` the candidates
             are chosen by instead of `scores` (a diverse beam search ranks
             by the scores less a diversity term); the chosen ones' `scores`

@@ -119,8 +119,8 @@ def constrained_step(
         allowed_tokens: optional `(batch, vocabulary)` bool tensor.
         repetition_penalty: a float >= 1 (1: none), or `(batch,)` floats.
         no_repeat_ngram_size: an int >= 0 (0: none), or `(batch,)` ints.
-        prefix, prefix_lengths: optional `(batch, P)` ids and `(batch,)`
-            lengths.
+        prefix: optional `(batch, P)` ids forced first.
+        prefix_lengths: the prefix's `(batch,)` lengths.
         max_length: the search's `max_length`; needed with a repetition
             penalty or n-gram blocking (the history they read is that long).
 

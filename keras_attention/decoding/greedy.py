@@ -188,9 +188,15 @@ def sampling_search(
     exported decoder, checked where they are fed).
 
     Args:
-        step_fn, initial_state, start_tokens, end_token, max_length, pad_token,
-        return_alignments, return_token_log_probs, length_limits: as in
-            `greedy_search`.
+        step_fn: as in `greedy_search`.
+        initial_state: as in `greedy_search`.
+        start_tokens: as in `greedy_search`.
+        end_token: as in `greedy_search`.
+        max_length: as in `greedy_search`.
+        pad_token: as in `greedy_search`.
+        return_alignments: as in `greedy_search`.
+        return_token_log_probs: as in `greedy_search`.
+        length_limits: as in `greedy_search`.
         temperature: > 0; below 1 sharpens, above 1 flattens the distribution.
         top_k: keep only the k most likely tokens at each step (None: all;
             per example, 0 keeps all).

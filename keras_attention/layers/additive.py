@@ -177,9 +177,12 @@ class AdditiveAttention(WeightSettings, BaseAttention):
         units: size `u` of the hidden layer inside the score.
         use_bias: add the bias `b` inside the tanh.
         normalize: use the weight-normalised score vector (implies a bias).
-        kernel_initializer, bias_initializer, kernel_regularizer,
+        kernel_initializer: as in `keras.layers.Dense`.
+        bias_initializer: as in `keras.layers.Dense`.
+        kernel_regularizer: as in `keras.layers.Dense`.
         bias_regularizer: as in `keras.layers.Dense`.
-        dropout, seed: dropout on the attention weights in training.
+        dropout: fraction of the attention weights dropped in training.
+        seed: seed for the dropout.
         chunk_size: queries per block of the score's `(B, Tq, Tv, units)`
             intermediate. "auto" (default) keeps a block under a budget
             chosen per backend by measurement (`auto_chunk_bytes()`, read

@@ -48,8 +48,10 @@ class ConcatAttention(WeightSettings, BaseAttention):
     Args:
         units: None for the linear form, else the hidden size `u`.
         activation: `act` (used only with `units`), any Keras activation.
-        kernel_initializer, kernel_regularizer: for `W`, `w` and `v`.
-        dropout, seed: dropout on the attention weights in training.
+        kernel_initializer: for `W`, `w` and `v`.
+        kernel_regularizer: for `W`, `w` and `v`.
+        dropout: fraction of the attention weights dropped in training.
+        seed: seed for the dropout.
         chunk_size: with `units`, queries per block of the score's
             `(B, Tq, Tv, units)` intermediate: "auto" (default) keeps a block
             under the backend's budget (64 MiB on TensorFlow and JAX, 1 GiB

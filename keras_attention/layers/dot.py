@@ -88,7 +88,8 @@ class DotAttention(BaseAttention):
 
     Args:
         use_scale: learn the scalar `g` (default False).
-        dropout, seed: dropout on the attention weights in training.
+        dropout: fraction of the attention weights dropped in training.
+        seed: seed for the dropout.
         scale: deprecated name of `use_scale` (a `DeprecationWarning`);
             configs saved with it load unchanged.
 
@@ -150,7 +151,8 @@ class ScaledDotAttention(BaseAttention):
     `BaseAttention` for masks and the other call arguments.
 
     Args:
-        dropout, seed: dropout on the attention weights in training.
+        dropout: fraction of the attention weights dropped in training.
+        seed: seed for the dropout.
 
     Example:
 

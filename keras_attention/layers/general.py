@@ -36,8 +36,10 @@ class GeneralAttention(WeightSettings, BaseAttention):
     `BaseAttention` for masks and the other call arguments.
 
     Args:
-        kernel_initializer, kernel_regularizer: for `W`.
-        dropout, seed: dropout on the attention weights in training.
+        kernel_initializer: for `W`.
+        kernel_regularizer: for `W`.
+        dropout: fraction of the attention weights dropped in training.
+        seed: seed for the dropout.
 
     Example:
 

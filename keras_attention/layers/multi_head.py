@@ -80,7 +80,9 @@ class MultiHeadAttention(WeightSettings, AttentionLayer):
         dropout: fraction of attention weights to drop in training.
         use_bias: add biases to the four projections.
         output_dim: size of the output; defaults to the query size `dq`.
-        kernel_initializer, bias_initializer, kernel_regularizer,
+        kernel_initializer: as in `keras.layers.Dense`.
+        bias_initializer: as in `keras.layers.Dense`.
+        kernel_regularizer: as in `keras.layers.Dense`.
         bias_regularizer: as in `keras.layers.Dense`.
         seed: seed for the dropout.
 

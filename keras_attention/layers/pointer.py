@@ -68,7 +68,9 @@ class PointerAttention(WeightSettings, AttentionLayer):
     Args:
         units: size of the hidden layer inside the score.
         use_bias: add a bias inside the tanh (the paper has none).
-        kernel_initializer, kernel_regularizer, bias_initializer,
+        kernel_initializer: as in `keras.layers.Dense`.
+        kernel_regularizer: as in `keras.layers.Dense`.
+        bias_initializer: as in `keras.layers.Dense`.
         bias_regularizer: as in `keras.layers.Dense`.
         **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
 

@@ -46,10 +46,14 @@ class AttentionPooling(WeightSettings, BaseAttention):
     Args:
         units: size of `u_i` and of the context vector.
         use_bias: add `b` inside the tanh.
-        kernel_initializer, kernel_regularizer: for `kernel` and
-            `context_vector`, as in `keras.layers.Dense`.
-        bias_initializer, bias_regularizer: for `bias`.
-        dropout, seed: dropout on the attention weights in training.
+        kernel_initializer: for `kernel` and `context_vector`, as in
+            `keras.layers.Dense`.
+        kernel_regularizer: for `kernel` and `context_vector`, as in
+            `keras.layers.Dense`.
+        bias_initializer: for `bias`.
+        bias_regularizer: for `bias`.
+        dropout: fraction of the attention weights dropped in training.
+        seed: seed for the dropout.
 
     Call arguments:
         inputs: `(B, T, d)`.

@@ -87,7 +87,9 @@ class SelfAttention(WeightSettings, AttentionLayer):
         use_bias: add `b_q`, `b_k`, `b_v` to the projections.
         dropout: fraction of the attention weights dropped in training.
         seed: seed for the dropout.
-        kernel_initializer, bias_initializer, kernel_regularizer,
+        kernel_initializer: as in `keras.layers.Dense`.
+        bias_initializer: as in `keras.layers.Dense`.
+        kernel_regularizer: as in `keras.layers.Dense`.
         bias_regularizer: as in `keras.layers.Dense`.
 
     Call arguments:

@@ -99,9 +99,10 @@ class TargetedAttention(WeightSettings, AttentionLayer):
     Args:
         units: size of the hidden layer inside the score (`W_1`'s output).
         mode: "vanilla", "contextualized" or "gated".
-        kernel_initializer, bias_initializer, kernel_regularizer,
-        bias_regularizer: as in `keras.layers.Dense`, for every kernel and
-            bias of the layer.
+        kernel_initializer: as in `keras.layers.Dense`, for every kernel.
+        bias_initializer: as in `keras.layers.Dense`, for every bias.
+        kernel_regularizer: as in `keras.layers.Dense`, for every kernel.
+        bias_regularizer: as in `keras.layers.Dense`, for every bias.
         dropout: fraction of attention weights to drop in training.
         seed: seed for the dropout.
 

@@ -157,10 +157,14 @@ def hierarchical_attention_network(
         vocabulary_size: number of ids, including the padding id 0.
         num_classes: number of classes (>= 2) of the softmax.
         embedding_dim: size of the word embeddings.
-        word_units, sentence_units: GRU units per direction at each level.
-        max_sentences, max_words: fixed `S` and `W`, or None for unknown.
-        word_attention_units, sentence_attention_units: size of `u` at each
-            level; default `2 * word_units` and `2 * sentence_units`.
+        word_units: GRU units per direction at the word level.
+        sentence_units: GRU units per direction at the sentence level.
+        max_sentences: fixed `S`, or None for unknown.
+        max_words: fixed `W`, or None for unknown.
+        word_attention_units: size of the word level's `u`; default
+            `2 * word_units`.
+        sentence_attention_units: size of the sentence level's `u`; default
+            `2 * sentence_units`.
         use_cudnn: passed to both GRUs.
         return_attention: also output the word and sentence weights.
         name: the model's name.
