@@ -96,23 +96,6 @@ def test_serve_command_pronounces_a_word_list(cmudict_smoke, tmp_path):
     assert right >= 4
 
 
-def test_sigmorphon_smoke_runs_two_languages_with_the_decoder_without_input_feeding(tmp_path):
-    # The decoder without input feeding (one LSTM pass, one attention call)
-    # learns too, writing the phones' characters (scored as phones).
-    run(
-        "sigmorphon",
-        *("--smoke", "--languages", "hun", "kor", "--decoder", "luong", "--phone-symbols", "characters"),
-        *("--out", tmp_path),
-    )
-    results = json.loads((tmp_path / "results.json").read_text())
-    assert set(results["languages"]) == {"hun", "kor"}
-    for language, entry in results["languages"].items():
-        assert entry["baseline_test_wer"] == data.SIGMORPHON_BASELINE[language]
-        assert entry["test_wer"] <= 10.0, (language, entry["test_wer"])
-        assert entry["details"]["model"]["decoder"] == "luong"
-        assert entry["details"]["model"]["phone_symbols"] == "characters"
-
-
 class _FixedBeam:
     """A beam model whose n-best is given: `hypotheses[word]` = [(phones, score), ...]."""
 
@@ -217,18 +200,6 @@ def test_bidirectional_pronouncer_never_elects_an_empty_pronunciation():
     # "A B" (-4.7) beats "A" (-6.0) and "B" (-8.0).
     assert pronouncer.proposals(["ab"]) == [[["A", "B"], ["A"], ["B"]]]
     assert pronouncer.pronounce(["ab"]) == [["A", "B"]]
-
-
-def test_sigmorphon_smoke_trains_a_bidirectional_ensemble(tmp_path):
-    run("sigmorphon", "--smoke", "--languages", "vie_hanoi", "--ensemble", "2", "--out", tmp_path)
-    entry = json.loads((tmp_path / "results.json").read_text())["languages"]["vie_hanoi"]
-    details = entry["details"]
-    assert details["directions"] == "both"
-    assert [member["direction"] for member in details["members"]] == ["left-to-right", "right-to-left"]
-    # Each model learnt its own direction (the right-to-left one scored on reversed pronunciations).
-    assert all(member["test_wer"] <= 10.0 for member in details["members"])
-    assert entry["test_wer"] <= 10.0 and details["left_to_right_wer"] <= 10.0
-    assert details["dev_wer"] <= 10.0 and "dev_wer_greedy" in details
 
 
 def test_phone_characters_come_back_as_the_phones():
