@@ -278,11 +278,12 @@ def test_inference_decoder_applies_and_saves_the_options(tmp_path):
             assert 3 not in tokens and 2 not in tokens[:-1]
             assert all(allowed[example, t] for t in tokens if t != 2)
     config = decoder.get_config()
-    assert {k: config[k] for k in ("min_length", "max_length_ratio", "max_length_offset", "suppress_tokens")} == {
-        "min_length": 2,
-        "max_length_ratio": 1.0,
-        "max_length_offset": 1.0,
-        "suppress_tokens": [3],
+    # The keywords became processors, which the config serializes.
+    saved = {p["class_name"]: p["config"] for p in config["processors"]}
+    assert saved == {
+        "MinLength": {"min_length": 2},
+        "RelativeMaxLength": {"max_length_ratio": 1.0, "max_length_offset": 1.0},
+        "SuppressTokens": {"suppress_tokens": [3]},
     }
     model.save(tmp_path / "m.keras")
     loaded = keras.saving.load_model(tmp_path / "m.keras")

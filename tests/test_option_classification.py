@@ -16,6 +16,7 @@ NOT_OPTIONS = {
     "self": "the decoder",
     "runtime_options": "the list of run-time option names itself",
     "search": "the strategy object, whose fields are classified one by one",
+    "processors": "the logits processors, whose fields are classified one by one",
     "kwargs": "a Keras layer's arguments (name, dtype)",
 }
 

@@ -21,8 +21,7 @@ from keras import ops
 
 from keras_attention import _checks
 from keras_attention._checks import concrete_values
-from keras_attention.decoding import strategies
-from keras_attention.decoding.constraints import CONSTRAINT_FIELDS
+from keras_attention.decoding import processors, strategies
 
 __all__ = [
     "FIXED_OPTIONS",
@@ -51,11 +50,12 @@ class RuntimeOption:
 
 
 def _declared_options():
-    """The table, built from the fields that the searches (every method
-    reads the loop's and the constraints') and each registered strategy
+    """The table, built from the fields that the loop, each registered
+    logits processor (every method reads them) and each registered strategy
     declare: a new control declares its fields in its own module."""
     methods = tuple(strategies.registered())
-    declared = [(field, methods) for field in (*strategies.LOOP_FIELDS, *CONSTRAINT_FIELDS)]
+    processor_fields = [field for cls in processors.registered().values() for field in cls.runtime_fields]
+    declared = [(field, methods) for field in (*strategies.LOOP_FIELDS, *processor_fields)]
     for name, strategy in strategies.registered().items():
         declared.extend((field, (name,)) for field in strategy.runtime_fields)
     fields, readers = {}, {}
