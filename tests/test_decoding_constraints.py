@@ -197,6 +197,32 @@ def test_greedy_under_constraints_is_the_constrained_argmax_path(name):
         assert ops.convert_to_numpy(result["ids"])[example, : len(want)].tolist() == want
 
 
+@pytest.mark.parametrize("method", ["greedy", "sample", "beam"])
+def test_an_examples_length_limit_wins_over_a_min_length_at_or_above_it(method):
+    # Issue 34 item 8: with min_length 3 over a limit of 2 tokens, the last
+    # step forbade every id and greedy emitted the suppressed id 0. The limit
+    # wins: the end comes at the limit, no forbidden id is ever produced.
+    def prefers_the_end(ids, state, time):
+        return state + ops.convert_to_tensor([[4.0, 5.0, 1.0, 2.0]], "float32"), state  # one row per hypothesis
+
+    limits = np.array([2, 4], "int32")
+    step, state = constrained_step(
+        prefers_the_end, ops.zeros((2, 1)), END, min_length=3, max_lengths=limits, suppress_tokens=[0]
+    )
+    if method == "beam":
+        result = beam_search(step, state, START, END, 6, 2)
+        ids, lengths = (ops.convert_to_numpy(result[k])[:, 0] for k in ("ids", "lengths"))
+    else:
+        search = greedy_search if method == "greedy" else sampling_search
+        result = search(step, state, START, END, 6, **({"seed": 1, "temperature": 3.0} if method == "sample" else {}))
+        ids, lengths = (ops.convert_to_numpy(result[k]) for k in ("ids", "lengths"))
+    for row, length, limit in zip(ids, lengths, limits):
+        assert length == limit and row[limit - 1] == END, (row, length)
+        assert set(row[: limit - 1].tolist()) <= {2, 3}, row  # neither the suppressed id nor an early end
+    if method == "greedy":
+        np.testing.assert_array_equal(ids, [[3, END, END, END, END, END], [3, 3, 3, END, END, END]])
+
+
 def test_relative_max_lengths():
     got = relative_max_lengths(np.array([0, 3, 10]), 1.5, 2, max_length=12)
     np.testing.assert_array_equal(got, [2, 6, 12])

@@ -169,6 +169,15 @@ class InferenceDecoder(SearchDecoder):
         logits = ops.squeeze(self.output_layer(ops.expand_dims(readout, 1)), 1)
         return logits, states, alignment
 
+    def vocabulary_size(self):
+        """The output layer's width (the logits'), once built."""
+        if not self.built:
+            return None
+        readout = self.cell.output_size + (
+            self.embedding.compute_output_shape((None, None))[-1] if self.output_uses_inputs else 0
+        )
+        return self.output_layer.compute_output_shape((None, 1, readout))[-1]
+
     def step_noise(self, rows, source_length):
         """The attention's random numbers in inference for every step (the
         Gumbel noise of HardAttention's "sample" mode), or None."""

@@ -139,6 +139,10 @@ class SearchDecoder(keras.layers.Layer):
             f"{type(self).__name__} must define decode_step(ids, states, prepared, time, noise=None)."
         )
 
+    def vocabulary_size(self):
+        """The number of ids a step scores (its logits' width), when known; None here."""
+        return None
+
     def step_noise(self, rows, source_length):
         """The random numbers `decode_step` reads at each step, drawn before
         the search's loop for all `max_length` steps: a nest of `(rows,
@@ -205,11 +209,22 @@ class SearchDecoder(keras.layers.Layer):
         }
 
     def _check_prefix(self, target_prefix, max_length):
-        """A forced prefix longer than its example's max_length is refused
-        when both are known now (an eager call): it would be cut silently."""
+        """A forced prefix longer than its example's max_length, or holding
+        an id outside the vocabulary (-1 pads), is refused when known now (an
+        eager call): it would be cut, or decode to nothing, silently."""
         prefix = None if target_prefix is None else concrete_values(target_prefix)
         if prefix is None or prefix.ndim != 2:
             return
+        vocabulary = self.vocabulary_size()
+        outside = (prefix < -1) | (prefix >= (vocabulary if vocabulary is not None else np.inf))
+        if outside.any():
+            b, t = (int(i) for i in np.argwhere(outside)[0])
+            raise ValueError(
+                f"{_checks.owner_name(self)}: `target_prefix` holds the id {int(prefix[b, t])} on example {b}, "
+                f"outside the vocabulary: expected ids from 0 to {'its size - 1' if vocabulary is None else vocabulary - 1} "
+                f"(-1 pads); got the prefix row "
+                f"{prefix[b].tolist()}."
+            )
         limits = np.full(len(prefix), self.max_length)
         if max_length is not None:
             given = concrete_values(max_length)
