@@ -316,6 +316,45 @@ def test_inference_decoder_applies_and_saves_the_options(tmp_path):
     np.testing.assert_array_equal(loaded.predict([source, allowed, no_prefix], verbose=0)["ids"], result["ids"])
 
 
+def test_processors_as_objects_are_the_keyword_forms_and_round_trip(tmp_path):
+    from keras_attention.decoding import processors as P
+
+    keywords = dict(
+        min_length=2, max_length_ratio=1.0, max_length_offset=1, suppress_tokens=[3], no_repeat_ngram_size=2
+    )
+    objects = [P.NoRepeatNgram(2), P.SuppressTokens([3]), P.RelativeMaxLength(1.0, 1)]
+    sugar, model_sugar = decoder_model(method="beam", beam_width=3, **keywords)[::-1]
+    built, model_built = decoder_model(
+        method="beam", beam_width=3, processors=[*objects[:2], P.MinLength(2), objects[2]]
+    )[::-1]
+    assert built.processors == sugar.processors  # in the composing order, whichever order given
+    assert [type(p).__name__ for p in sugar.processors] == [
+        "MinLength",
+        "RelativeMaxLength",
+        "SuppressTokens",
+        "NoRepeatNgram",
+    ]
+    rng = np.random.default_rng(1)
+    source = rng.integers(1, 9, size=(4, 5)).astype("int32")
+    feeds = [source, np.ones((4, 9), bool), np.full((4, 1), -1, "int32")]
+    model_built.set_weights(model_sugar.get_weights())
+    expected = model_sugar.predict(feeds, verbose=0)["ids"]
+    np.testing.assert_array_equal(model_built.predict(feeds, verbose=0)["ids"], expected)
+    model_built.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    np.testing.assert_array_equal(loaded.predict(feeds, verbose=0)["ids"], expected)
+    # A processor named by its registered name takes its defaults; one given twice is refused.
+    cell = ka.AttentionGRUCell(8, ka.AdditiveAttention(6))
+    parts = (cell, keras.layers.Embedding(9, 5), keras.layers.Dense(9), 1, 2, 8)
+    assert ka.InferenceDecoder(*parts, processors=["min_length"]).processors == [P.MinLength(0)]
+    with pytest.raises(ValueError, match=r"`min_length` is given both as a keyword \(2\) and by `processors`"):
+        ka.InferenceDecoder(*parts, min_length=2, processors=[P.MinLength(3)])
+    with pytest.raises(ValueError, match=r"`processors` lists ForcedPrefix\(\), which a call adds by giving"):
+        ka.InferenceDecoder(*parts, processors=[P.ForcedPrefix()])
+    with pytest.raises(ValueError, match=r"`min_length` must be below `max_length` 8 .*got 9"):
+        ka.InferenceDecoder(*parts, processors=[P.MinLength(9)])
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
