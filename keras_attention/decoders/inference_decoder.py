@@ -91,6 +91,11 @@ class InferenceDecoder(SearchDecoder):
         return_token_log_probs: also return `token_log_probs (B, [n,] L)`,
             each token's log-probability (0 after the end; they sum to the
             score without penalties).
+        processors: the constraints as logits processors instead of (or
+            beside) their keywords, e.g. `[keras_attention.decoding.processors.
+            MinLength(3), NoRepeatNgram(2)]` (or registered names, or
+            configs); they compose in their declared order, and the config
+            saves them. `min_length=3` is sugar for `MinLength(3)`.
         search: the search as a strategy object instead of the keyword
             form, e.g. `keras_attention.decoding.BeamSearch(4,
             length_penalty_weight=0.6)` (or "beam", or its config); its
