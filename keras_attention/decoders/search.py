@@ -18,6 +18,7 @@ from keras_attention.decoders.runtime_options import (
     broadcast_option,
     check_length_values,
     check_option_values,
+    check_prefix_values,
     check_runtime_options,
     concrete_values,
     option_bounds,
@@ -213,34 +214,16 @@ class SearchDecoder(keras.layers.Layer):
         an id outside the vocabulary (-1 pads), is refused when known now (an
         eager call): it would be cut, or decode to nothing, silently."""
         prefix = None if target_prefix is None else concrete_values(target_prefix)
-        if prefix is None or prefix.ndim != 2:
+        if prefix is None:
             return
-        vocabulary = self.vocabulary_size()
-        outside = (prefix < -1) | (prefix >= (vocabulary if vocabulary is not None else np.inf))
-        if outside.any():
-            b, t = (int(i) for i in np.argwhere(outside)[0])
-            raise ValueError(
-                f"{_checks.owner_name(self)}: `target_prefix` holds the id {int(prefix[b, t])} on example {b}, "
-                f"outside the vocabulary: expected ids from 0 to {'its size - 1' if vocabulary is None else vocabulary - 1} "
-                f"(-1 pads); got the prefix row "
-                f"{prefix[b].tolist()}."
-            )
-        limits = np.full(len(prefix), self.max_length)
+        limits = self.max_length
         if max_length is not None:
             given = concrete_values(max_length)
             if given is None:
                 return
-            given = np.asarray(given).reshape(-1)
-            if given.size in (1, len(prefix)):
-                limits = np.broadcast_to(given, limits.shape)
-        lengths = (prefix >= 0).sum(1)
-        too_long = np.nonzero(lengths > limits)[0]
-        if too_long.size:
-            b = int(too_long[0])
-            raise ValueError(
-                f"{_checks.owner_name(self)}: `target_prefix` forces {int(lengths[b])} tokens on example {b}, "
-                f"more than its max_length {int(limits[b])}; got the prefix row {prefix[b].tolist()}."
-            )
+            if np.asarray(given).size:
+                limits = given
+        check_prefix_values(f"{_checks.owner_name(self)}: `target_prefix`", prefix, self.vocabulary_size(), limits)
 
     def search(
         self, prepared, initial_state, memory, memory_mask, allowed_tokens=None, target_prefix=None, options=None
