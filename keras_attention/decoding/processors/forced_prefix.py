@@ -30,6 +30,8 @@ class ForcedPrefix(LogitsProcessor):
         lengths = inputs.get("prefix_lengths")
         if lengths is None:
             lengths = ops.sum(ops.cast(ops.greater_equal(prefix, 0), "int32"), axis=1)
+        # One pad column: a prefix of width 0 still has a column to read.
+        prefix = ops.pad(prefix, [[0, 0], [0, 1]], constant_values=-1)
         return {"prefix": prefix, "prefix_lengths": ops.cast(lengths, "int32")}
 
     def process(self, logits, forbidden, state, step):
