@@ -197,6 +197,32 @@ def test_greedy_under_constraints_is_the_constrained_argmax_path(name):
         assert ops.convert_to_numpy(result["ids"])[example, : len(want)].tolist() == want
 
 
+@pytest.mark.parametrize("method", ["greedy", "sample", "beam"])
+def test_an_examples_length_limit_wins_over_a_min_length_at_or_above_it(method):
+    # Issue 34 item 8: with min_length 3 over a limit of 2 tokens, the last
+    # step forbade every id and greedy emitted the suppressed id 0. The limit
+    # wins: the end comes at the limit, no forbidden id is ever produced.
+    def prefers_the_end(ids, state, time):
+        return state + ops.convert_to_tensor([[4.0, 5.0, 1.0, 2.0]], "float32"), state  # one row per hypothesis
+
+    limits = np.array([2, 4], "int32")
+    step, state = constrained_step(
+        prefers_the_end, ops.zeros((2, 1)), END, min_length=3, max_lengths=limits, suppress_tokens=[0]
+    )
+    if method == "beam":
+        result = beam_search(step, state, START, END, 6, 2)
+        ids, lengths = (ops.convert_to_numpy(result[k])[:, 0] for k in ("ids", "lengths"))
+    else:
+        search = greedy_search if method == "greedy" else sampling_search
+        result = search(step, state, START, END, 6, **({"seed": 1, "temperature": 3.0} if method == "sample" else {}))
+        ids, lengths = (ops.convert_to_numpy(result[k]) for k in ("ids", "lengths"))
+    for row, length, limit in zip(ids, lengths, limits):
+        assert length == limit and row[limit - 1] == END, (row, length)
+        assert set(row[: limit - 1].tolist()) <= {2, 3}, row  # neither the suppressed id nor an early end
+    if method == "greedy":
+        np.testing.assert_array_equal(ids, [[3, END, END, END, END, END], [3, 3, 3, END, END, END]])
+
+
 def test_relative_max_lengths():
     got = relative_max_lengths(np.array([0, 3, 10]), 1.5, 2, max_length=12)
     np.testing.assert_array_equal(got, [2, 6, 12])
@@ -278,15 +304,55 @@ def test_inference_decoder_applies_and_saves_the_options(tmp_path):
             assert 3 not in tokens and 2 not in tokens[:-1]
             assert all(allowed[example, t] for t in tokens if t != 2)
     config = decoder.get_config()
-    assert {k: config[k] for k in ("min_length", "max_length_ratio", "max_length_offset", "suppress_tokens")} == {
-        "min_length": 2,
-        "max_length_ratio": 1.0,
-        "max_length_offset": 1.0,
-        "suppress_tokens": [3],
+    # The keywords became processors, which the config serializes.
+    saved = {p["class_name"]: p["config"] for p in config["processors"]}
+    assert saved == {
+        "MinLength": {"min_length": 2},
+        "RelativeMaxLength": {"max_length_ratio": 1.0, "max_length_offset": 1.0},
+        "SuppressTokens": {"suppress_tokens": [3]},
     }
     model.save(tmp_path / "m.keras")
     loaded = keras.saving.load_model(tmp_path / "m.keras")
     np.testing.assert_array_equal(loaded.predict([source, allowed, no_prefix], verbose=0)["ids"], result["ids"])
+
+
+def test_processors_as_objects_are_the_keyword_forms_and_round_trip(tmp_path):
+    from keras_attention.decoding import processors as P
+
+    keywords = dict(
+        min_length=2, max_length_ratio=1.0, max_length_offset=1, suppress_tokens=[3], no_repeat_ngram_size=2
+    )
+    objects = [P.NoRepeatNgram(2), P.SuppressTokens([3]), P.RelativeMaxLength(1.0, 1)]
+    sugar, model_sugar = decoder_model(method="beam", beam_width=3, **keywords)[::-1]
+    built, model_built = decoder_model(
+        method="beam", beam_width=3, processors=[*objects[:2], P.MinLength(2), objects[2]]
+    )[::-1]
+    assert built.processors == sugar.processors  # in the composing order, whichever order given
+    assert [type(p).__name__ for p in sugar.processors] == [
+        "MinLength",
+        "RelativeMaxLength",
+        "SuppressTokens",
+        "NoRepeatNgram",
+    ]
+    rng = np.random.default_rng(1)
+    source = rng.integers(1, 9, size=(4, 5)).astype("int32")
+    feeds = [source, np.ones((4, 9), bool), np.full((4, 1), -1, "int32")]
+    model_built.set_weights(model_sugar.get_weights())
+    expected = model_sugar.predict(feeds, verbose=0)["ids"]
+    np.testing.assert_array_equal(model_built.predict(feeds, verbose=0)["ids"], expected)
+    model_built.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    np.testing.assert_array_equal(loaded.predict(feeds, verbose=0)["ids"], expected)
+    # A processor named by its registered name takes its defaults; one given twice is refused.
+    cell = ka.AttentionGRUCell(8, ka.AdditiveAttention(6))
+    parts = (cell, keras.layers.Embedding(9, 5), keras.layers.Dense(9), 1, 2, 8)
+    assert ka.InferenceDecoder(*parts, processors=["min_length"]).processors == [P.MinLength(0)]
+    with pytest.raises(ValueError, match=r"`min_length` is given both as a keyword \(2\) and by `processors`"):
+        ka.InferenceDecoder(*parts, min_length=2, processors=[P.MinLength(3)])
+    with pytest.raises(ValueError, match=r"`processors` lists ForcedPrefix\(\), which a call adds by giving"):
+        ka.InferenceDecoder(*parts, processors=[P.ForcedPrefix()])
+    with pytest.raises(ValueError, match=r"`min_length` must be below `max_length` 8 .*got 9"):
+        ka.InferenceDecoder(*parts, processors=[P.MinLength(9)])
 
 
 @pytest.mark.parametrize(

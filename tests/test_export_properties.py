@@ -183,9 +183,9 @@ def requests(draw):
                 placed = True
             options[name] = np.array(values, DTYPES[name])
     # A forced prefix, right-padded with -1, no longer than the row's max_length
-    # (a longer one is issue 34's item 10, refused by eager Keras only).
+    # (a longer one, issue 34's item 10, is refused everywhere: test_runtime_options_export).
     limits = np.broadcast_to(options.get("max_length", np.array([MAX_LENGTH])), (batch,)) if batch else []
-    # An empty batch with a prefix of width 0 is left to the test below, which fails today.
+    # An empty batch with a prefix of width 0 is the test below's.
     prefix_width = draw(st.sampled_from([0, 1, 2] if batch else [1, 2]))
     prefix = np.full((batch, prefix_width), -1, "int32")
     for row in range(batch):
@@ -258,12 +258,9 @@ def test_onnxruntime_the_saved_model_and_keras_agree_or_all_refuse(exported, dra
                 np.testing.assert_allclose(got, want, atol=1e-4, err_msg=f"{runtime} {name} {case}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Keras and the SavedModel fail on a target_prefix of width 0 with TensorFlow's raw GatherV2 error "
-    "(at every batch size), where ONNX serves an empty batch: the decoders' prefix handling, not the export",
-)
 def test_an_empty_batch_with_a_prefix_of_width_0_is_served_everywhere(exported):
+    # Keras and the SavedModel failed with TensorFlow's raw GatherV2 error:
+    # ForcedPrefix read column 0 of a prefix of width 0 (it pads one now).
     request = {"source": np.ones((0, 1), "int32"), "target_prefix": np.zeros((0, 0), "int32")}
     answer = exported["worker"].ask(_wire(request))
     assert answer["outputs"]["ids"]["shape"] == [0, MAX_LENGTH]

@@ -494,3 +494,22 @@ def test_a_forced_prefix_longer_than_its_max_length_is_refused():
     short = make_decoder(max_length=3)
     with pytest.raises(ValueError, match=r"forces 4 tokens on example 0, more than its max_length 3; got the"):
         short(memory, memory_mask=mask, target_prefix=prefix)
+
+
+@pytest.mark.parametrize("bad", [TARGET_VOCABULARY, 40, -2])
+def test_a_forced_prefix_outside_the_vocabulary_is_refused(bad):
+    # Issue 34 item 10: such a prefix decoded to nothing, or pads, silently.
+    memory, mask = memory_batch()
+    decoder = make_decoder(method="greedy")
+    fits = np.array([[3, TARGET_VOCABULARY - 1, -1], [0, -1, -1], [-1, -1, -1]], "int32")
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(decoder(memory, memory_mask=mask, target_prefix=fits)["ids"])[0, :2], [3, 8]
+    )
+    prefix = fits.copy()
+    prefix[1, 1] = bad
+    message = rf"`target_prefix` holds the id {bad} on example 1, outside the vocabulary: expected ids from 0 to 8"
+    with pytest.raises(ValueError, match=message):
+        decoder(memory, memory_mask=mask, target_prefix=prefix)
+    ensemble = ka.EnsembleDecoder([decoder], method="beam", beam_width=2)
+    with pytest.raises(ValueError, match=message):
+        ensemble([memory], memory_mask=mask, target_prefix=prefix)

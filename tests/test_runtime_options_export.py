@@ -126,6 +126,16 @@ def test_each_option_agrees_in_keras_saved_model_and_onnx(method, tmp_path, caps
     assert serve([str(tmp_path / "export"), "--inputs", inputs, "--runs", "0", "--json", "--all-outputs", *flags]) == 0
     served = json.loads(capsys.readouterr().out)["outputs"]["ids"]
     np.testing.assert_array_equal(served, keras_ids(model, decoder, {"source": source, **one}))
+    # And each option reaches the serve command as its flag (one value for every example).
+    for name, value in OPTIONS[method].items():
+        scalar = np.asarray(value).reshape(-1)[-1].item()
+        flags = [f"--{name.replace('_', '-')}", str(scalar)]
+        argv = [str(tmp_path / "export"), "--inputs", json.dumps({"source": source.tolist()}), "--runs", "0"]
+        assert serve([*argv, "--json", "--all-outputs", *flags]) == 0
+        printed = json.loads(capsys.readouterr().out)["outputs"]["ids"]
+        want = run_onnx(tmp_path / "export", {"source": source, name: scalar})["outputs"]["ids"]
+        np.testing.assert_array_equal(printed, want)
+        np.testing.assert_array_equal(want, keras_ids(model, decoder, {"source": source, name: scalar}))
 
 
 def test_the_ensemble_exports_its_runtime_options(tmp_path):
@@ -236,3 +246,55 @@ def test_texts_are_decoded_with_the_options(sample_export, tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == [f"{w}\t{t}" for w, t in zip(words, short)]
     with pytest.raises(ValueError, match=r"`options`: `seed` must be one value for every text"):
         translate_texts(directory, words, options={"seed": [1, 2, 3, 4]})
+
+
+@pytest.fixture(scope="module")
+def prefix_export(tmp_path_factory):
+    """A greedy decoder with a `target_prefix` input and a run-time max_length, exported."""
+    keras.utils.set_random_seed(0)
+    source = keras.Input((None,), dtype="int32", name="source")
+    prefix = keras.Input((None,), dtype="int32", name="target_prefix")
+    decoder = make_decoder(("max_length",), method="greedy")
+    options = decoder.option_inputs()
+    memory = keras.layers.Embedding(VOCABULARY, 6, mask_zero=True)(source)
+    outputs = decoder(memory, target_prefix=prefix, options=options)
+    model = keras.Model({"source": source, "target_prefix": prefix, **options}, outputs)
+    fits = np.array([[3, 8, -1], [-1, -1, -1], [5, -1, -1]], "int32")
+    directory = tmp_path_factory.mktemp("prefix") / "export"
+    export_model(model, directory, sample_inputs=[{"source": sources(), "target_prefix": fits}])
+    return directory, model, fits
+
+
+# Issue 34 item 10: a prefix outside the vocabulary decoded to nothing, one
+# longer than max_length was cut, silently, in the SavedModel and ONNX.
+BAD_PREFIXES = [
+    (np.array([[3, 9, -1], [-1, -1, -1], [5, -1, -1]]), {}, "holds the id 9 on example 0, outside the vocabulary"),
+    (np.array([[3, 8, -1], [-2, -1, -1], [5, -1, -1]]), {}, "holds the id -2 on example 1, outside the vocabulary"),
+    (np.array([[3, 8, 4], [-1, -1, -1], [5, -1, -1]]), {"max_length": [8, 8, 2]}, None),
+    (np.array([[3, 8, 4], [-1, -1, -1], [5, -1, -1]]), {"max_length": 2}, "forces 3 tokens on example 0, more than"),
+]
+
+
+def test_a_bad_prefix_is_refused_by_onnx_serving_the_saved_model_and_the_serve_command(prefix_export, capsys):
+    directory, model, fits = prefix_export
+    served = run_onnx(directory, {"source": sources(), "target_prefix": fits})["outputs"]["ids"]
+    np.testing.assert_array_equal(served[[0, 2], :1], [[3], [5]])
+    np.testing.assert_array_equal(served[0, :2], [3, 8])
+    function = tf.saved_model.load(str(directory / "saved_model")).signatures["serving_default"]
+    for prefix, options, message in BAD_PREFIXES:
+        request = {"source": sources(), "target_prefix": prefix.astype("int32"), **options}
+        if message is None:  # fits: each row within its own max_length
+            np.testing.assert_array_equal(run_onnx(directory, request)["outputs"]["ids"][0, :3], [3, 8, 4])
+            continue
+        with pytest.raises(ValueError, match=r"input `target_prefix` " + message):
+            run_onnx(directory, request)
+        with pytest.raises(ValueError, match=r"`target_prefix` " + message):
+            model({**request, "max_length": np.asarray(options.get("max_length", []), "int32").reshape(-1)})
+        feeds = {"source": tf.constant(sources()), "target_prefix": tf.constant(request["target_prefix"])}
+        feeds["max_length"] = tf.constant(np.asarray(options.get("max_length", []), "int32").reshape(-1))
+        saved_message = "outside the vocabulary" if "vocabulary" in message else "forces more tokens than"
+        with pytest.raises(tf.errors.InvalidArgumentError, match=saved_message):
+            function(**feeds)
+        inputs = json.dumps({"source": sources().tolist(), "target_prefix": prefix.tolist(), **options})
+        assert serve([str(directory), "--inputs", inputs, "--runs", "0"]) == 1
+        assert capsys.readouterr().err.startswith("error: input `target_prefix` " + message)

@@ -8,8 +8,7 @@ from keras import ops
 import keras_attention as ka
 from keras_attention import decoding
 from keras_attention.decoders.runtime_options import FIXED_OPTIONS, RUNTIME_OPTIONS
-from keras_attention.decoding import BeamSearch, GreedySearch, SamplingSearch, beam_search, strategies
-from keras_attention.decoding.constraints import CONSTRAINT_FIELDS
+from keras_attention.decoding import BeamSearch, GreedySearch, SamplingSearch, beam_search, processors, strategies
 
 pytestmark = pytest.mark.any_backend
 
@@ -79,7 +78,13 @@ def test_beam_search_strategy_is_the_function_with_its_best_hypotheses():
 
 def test_the_runtime_option_table_is_derived_from_the_declarations():
     methods = tuple(strategies.registered())
-    declared = {field.name: methods for field in (*strategies.LOOP_FIELDS, *CONSTRAINT_FIELDS)}
+    declared = {
+        field.name: methods
+        for field in (
+            *strategies.LOOP_FIELDS,
+            *(f for cls in processors.registered().values() for f in cls.runtime_fields),
+        )
+    }
     for name, strategy in strategies.registered().items():
         for field in strategy.runtime_fields:  # min_p's sampling fields are sample's too
             declared[field.name] = declared.get(field.name, ()) + (name,)

@@ -73,8 +73,9 @@ def test_a_step_taking_one_argument_is_refused_by_name():
 
 def test_constrained_step_reads_the_searchs_clock_not_a_counter_of_its_own():
     step, state = constrained_step(counting_step, ops.zeros((2, 1)), END, min_length=2, suppress_tokens=[3])
-    # Only per-example values and buffers ride in the state: no counter.
-    assert state[1] == {}
+    # Only per-example values and buffers ride in the state: no counter (each
+    # processor's own state is empty here).
+    assert keras.tree.flatten(state[1]) == [] and state[1] == {"processors": [{}, {}]}
     ids = best_ids(greedy_search(step, state, 0, END, STEPS))
     # Step 2 wants token 3, suppressed: the next best (token 0, all logits
     # but the wanted one equal) is the lowest id left.

@@ -142,6 +142,10 @@ class EnsembleDecoder(SearchDecoder):
             alignment = ops.mean(ops.stack([ops.cast(a, "float32") for a in alignments]), axis=0)
         return combined, new_states, alignment
 
+    def vocabulary_size(self):
+        """The members' one vocabulary (the first's output width)."""
+        return self.members[0].vocabulary_size()
+
     def step_noise(self, rows, source_length):
         """Each member's inference noise (see `InferenceDecoder.step_noise`),
         a list with None for a member that draws none; None when none does."""

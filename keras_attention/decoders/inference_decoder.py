@@ -102,6 +102,11 @@ class InferenceDecoder(SearchDecoder):
         return_token_log_probs: also return `token_log_probs (B, [n,] L)`,
             each token's log-probability (0 after the end; they sum to the
             score without penalties).
+        processors: the constraints as logits processors instead of (or
+            beside) their keywords, e.g. `[keras_attention.decoding.processors.
+            MinLength(3), NoRepeatNgram(2)]` (or registered names, or
+            configs); they compose in their declared order, and the config
+            saves them. `min_length=3` is sugar for `MinLength(3)`.
         search: the search as a strategy object instead of the keyword
             form, e.g. `keras_attention.decoding.BeamSearch(4,
             length_penalty_weight=0.6)` (or "beam", or its config); its
@@ -179,6 +184,15 @@ class InferenceDecoder(SearchDecoder):
         readout = ops.concatenate([output, ops.cast(inputs, output.dtype)], -1) if self.output_uses_inputs else output
         logits = ops.squeeze(self.output_layer(ops.expand_dims(readout, 1)), 1)
         return logits, states, alignment
+
+    def vocabulary_size(self):
+        """The output layer's width (the logits'), once built."""
+        if not self.built:
+            return None
+        readout = self.cell.output_size + (
+            self.embedding.compute_output_shape((None, None))[-1] if self.output_uses_inputs else 0
+        )
+        return self.output_layer.compute_output_shape((None, 1, readout))[-1]
 
     def step_noise(self, rows, source_length):
         """The attention's random numbers in inference for every step (the

@@ -21,8 +21,7 @@ from keras import ops
 
 from keras_attention import _checks
 from keras_attention._checks import concrete_values
-from keras_attention.decoding import strategies
-from keras_attention.decoding.constraints import CONSTRAINT_FIELDS
+from keras_attention.decoding import processors, strategies
 
 __all__ = [
     "FIXED_OPTIONS",
@@ -31,6 +30,7 @@ __all__ = [
     "broadcast_option",
     "check_option_values",
     "check_length_values",
+    "check_prefix_values",
     "check_runtime_options",
     "concrete_values",
     "expectation",
@@ -51,11 +51,12 @@ class RuntimeOption:
 
 
 def _declared_options():
-    """The table, built from the fields that the searches (every method
-    reads the loop's and the constraints') and each registered strategy
+    """The table, built from the fields that the loop, each registered
+    logits processor (every method reads them) and each registered strategy
     declare: a new control declares its fields in its own module."""
     methods = tuple(strategies.registered())
-    declared = [(field, methods) for field in (*strategies.LOOP_FIELDS, *CONSTRAINT_FIELDS)]
+    processor_fields = [field for cls in processors.registered().values() for field in cls.runtime_fields]
+    declared = [(field, methods) for field in (*strategies.LOOP_FIELDS, *processor_fields)]
     for name, strategy in strategies.registered().items():
         declared.extend((field, (name,)) for field in strategy.runtime_fields)
     fields, readers = {}, {}
@@ -190,6 +191,37 @@ def check_length_values(where, values, specs):
                 f"{where} `min_length` must be below `max_length` (the end token needs a step); got "
                 f"min_length {low.tolist()} and max_length {high.tolist()}."
             )
+
+
+def check_prefix_values(where, prefix, vocabulary, limits):
+    """A forced prefix `(B, P)` (right-padded with -1) is refused, naming
+    `where` (e.g. "input `target_prefix`"), when it holds an id outside the
+    vocabulary of `vocabulary` ids (None: unknown) or forces more tokens on
+    an example than its max_length (`limits`: one, or `(B,)`): it would
+    decode to nothing, or be cut, silently. Keras (eagerly) and ONNX serving
+    check with this; the SavedModel asserts the same."""
+    prefix = np.asarray(prefix)
+    if prefix.ndim != 2:
+        return
+    outside = (prefix < -1) | (prefix >= (np.inf if vocabulary is None else vocabulary))
+    if outside.any():
+        b, t = (int(i) for i in np.argwhere(outside)[0])
+        top = "its size - 1" if vocabulary is None else vocabulary - 1
+        raise ValueError(
+            f"{where} holds the id {int(prefix[b, t])} on example {b}, outside the vocabulary: expected ids from 0 "
+            f"to {top} (-1 pads); got the prefix row {prefix[b].tolist()}."
+        )
+    limits = np.asarray(limits).reshape(-1)
+    if limits.size not in (1, len(prefix)):
+        return  # a count the option checks refuse
+    lengths = (prefix >= 0).sum(1)
+    too_long = np.nonzero(lengths > np.broadcast_to(limits, lengths.shape))[0]
+    if too_long.size:
+        b = int(too_long[0])
+        raise ValueError(
+            f"{where} forces {int(lengths[b])} tokens on example {b}, more than its max_length "
+            f"{int(np.broadcast_to(limits, lengths.shape)[b])}; got the prefix row {prefix[b].tolist()}."
+        )
 
 
 def option_bounds(name, default, max_length):

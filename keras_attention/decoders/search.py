@@ -18,13 +18,15 @@ from keras_attention.decoders.runtime_options import (
     broadcast_option,
     check_length_values,
     check_option_values,
+    check_prefix_values,
     check_runtime_options,
     concrete_values,
     option_bounds,
 )
 from keras_attention.decoders.search_methods import METHODS, adopt_strategy, keyword_less_fields, strategy_of
-from keras_attention.decoding import LENGTH_CONVENTIONS, constrained_step, relative_max_lengths, strategies, tile_batch
-from keras_attention.decoding.constraints import check_repetition_penalty, check_suppress_tokens, check_top_p
+from keras_attention.decoding import LENGTH_CONVENTIONS, strategies, tile_batch
+from keras_attention.decoding import processors as processors_package
+from keras_attention.decoding.constraints import check_top_p
 
 __all__ = ["SearchDecoder", "noise_at"]
 
@@ -70,16 +72,11 @@ class SearchDecoder(keras.layers.Layer):
         early_stopping=False,
         length_convention="default",
         top_p=1.0,
-        min_length=0,
-        max_length_ratio=None,
-        max_length_offset=0.0,
-        suppress_tokens=None,
-        repetition_penalty=1.0,
-        no_repeat_ngram_size=0,
         num_hypotheses=None,
         return_token_log_probs=False,
         runtime_options=None,
         search=None,
+        processors=None,
         **kwargs,
     ):
         strategy = None
@@ -92,6 +89,9 @@ class SearchDecoder(keras.layers.Layer):
         # which, and the strategy checks it.
         keywords = inspect.signature(SearchDecoder.__init__).parameters
         extra = {name: kwargs.pop(name) for name in keyword_less_fields(method, keywords) if name in kwargs}
+        # The logits processors' keywords (min_length=3, ...) are sugar for
+        # the processors: the registry names them.
+        sugar = {name: kwargs.pop(name) for name in processors_package.keyword_names() if name in kwargs}
         super().__init__(**kwargs)
         # Every option is checked here, whichever method uses it: a bad value
         # is a mistake now, not at the first predict, deep in the loop.
@@ -111,21 +111,6 @@ class SearchDecoder(keras.layers.Layer):
         _checks.check_choice(self, "length_convention", length_convention, LENGTH_CONVENTIONS)
         self.length_convention = length_convention
         self.top_p = check_top_p(self, top_p)
-        self.min_length = _checks.check_int(self, "min_length", min_length, 0, "an integer")
-        if self.min_length >= self.max_length:
-            raise ValueError(
-                f"{_checks.owner_name(self)}: `min_length` must be below `max_length` {self.max_length} "
-                f"(the end token needs a step); got {min_length!r}."
-            )
-        self.max_length_ratio = _checks.check_number(
-            self, "max_length_ratio", max_length_ratio, minimum=0, strict=True, allow_none=True
-        )
-        self.max_length_offset = _checks.check_number(self, "max_length_offset", max_length_offset)
-        self.suppress_tokens = check_suppress_tokens(self, suppress_tokens, self.end_token)
-        self.repetition_penalty = check_repetition_penalty(self, repetition_penalty)
-        self.no_repeat_ngram_size = _checks.check_int(
-            self, "no_repeat_ngram_size", no_repeat_ngram_size, 0, "an integer"
-        )
         self.num_hypotheses = _checks.check_positive_int(self, "num_hypotheses", num_hypotheses, allow_none=True)
         if self.num_hypotheses is not None and self.num_hypotheses > self.beam_width:
             raise ValueError(
@@ -137,6 +122,9 @@ class SearchDecoder(keras.layers.Layer):
         self.seed = seed
         adopt_strategy(self, strategy, method, extra, locals(), keywords)
         self.runtime_options = check_runtime_options(self, runtime_options, method, self.seed)
+        self.processors = processors_package.configured_processors(
+            self, processors, sugar, self.runtime_options, self.end_token, self.max_length
+        )
         self.return_alignments = bool(return_alignments)
         draws = "seed" in strategies.registered()[method].fields()
         self.seed_generator = keras.random.SeedGenerator(self.seed) if draws else None
@@ -152,6 +140,10 @@ class SearchDecoder(keras.layers.Layer):
             f"{type(self).__name__} must define decode_step(ids, states, prepared, time, noise=None)."
         )
 
+    def vocabulary_size(self):
+        """The number of ids a step scores (its logits' width), when known; None here."""
+        return None
+
     def step_noise(self, rows, source_length):
         """The random numbers `decode_step` reads at each step, drawn before
         the search's loop for all `max_length` steps: a nest of `(rows,
@@ -161,10 +153,14 @@ class SearchDecoder(keras.layers.Layer):
 
     def option_defaults(self):
         """{run-time option: its value when a request does not set it}: the constructor's."""
-        values = {name: getattr(self, name) for name in self.runtime_options}
+        values = {name: getattr(self._option_holder(name), name) for name in self.runtime_options}
         if "top_k" in values:
             values["top_k"] = values["top_k"] or 0  # 0 keeps every token
         return values
+
+    def _option_holder(self, name):
+        """What holds run-time option `name`'s default: its processor, or the decoder (the strategy's fields)."""
+        return next((p for p in self.processors if name in {f.name for f in p.runtime_fields}), self)
 
     def option_specs(self):
         """{run-time option: {"dtype", "default", "minimum", "strict", "maximum"}}:
@@ -214,27 +210,20 @@ class SearchDecoder(keras.layers.Layer):
         }
 
     def _check_prefix(self, target_prefix, max_length):
-        """A forced prefix longer than its example's max_length is refused
-        when both are known now (an eager call): it would be cut silently."""
+        """A forced prefix longer than its example's max_length, or holding
+        an id outside the vocabulary (-1 pads), is refused when known now (an
+        eager call): it would be cut, or decode to nothing, silently."""
         prefix = None if target_prefix is None else concrete_values(target_prefix)
-        if prefix is None or prefix.ndim != 2:
+        if prefix is None:
             return
-        limits = np.full(len(prefix), self.max_length)
+        limits = self.max_length
         if max_length is not None:
             given = concrete_values(max_length)
             if given is None:
                 return
-            given = np.asarray(given).reshape(-1)
-            if given.size in (1, len(prefix)):
-                limits = np.broadcast_to(given, limits.shape)
-        lengths = (prefix >= 0).sum(1)
-        too_long = np.nonzero(lengths > limits)[0]
-        if too_long.size:
-            b = int(too_long[0])
-            raise ValueError(
-                f"{_checks.owner_name(self)}: `target_prefix` forces {int(lengths[b])} tokens on example {b}, "
-                f"more than its max_length {int(limits[b])}; got the prefix row {prefix[b].tolist()}."
-            )
+            if np.asarray(given).size:
+                limits = given
+        check_prefix_values(f"{_checks.owner_name(self)}: `target_prefix`", prefix, self.vocabulary_size(), limits)
 
     def search(
         self, prepared, initial_state, memory, memory_mask, allowed_tokens=None, target_prefix=None, options=None
@@ -248,9 +237,6 @@ class SearchDecoder(keras.layers.Layer):
         searches through this."""
         values = self._option_values(options, ops.shape(memory)[0])
         self._check_prefix(target_prefix, None if options is None else options.get("max_length"))
-
-        def option(name):
-            return values[name] if name in values else getattr(self, name)
 
         beams = strategy_of(self).beams
         if beams:
@@ -266,43 +252,27 @@ class SearchDecoder(keras.layers.Layer):
         def step(ids, states, time):
             return self.decode_step(ids, states, prepared, time, noise=noise_at(noise, time))
 
-        constrained = (
-            self.min_length,
-            self.max_length_ratio is not None,
-            self.suppress_tokens,
-            allowed_tokens is not None,
-            self.repetition_penalty != 1,
-            self.no_repeat_ngram_size,
-            target_prefix is not None,
-            any(name in values for name in ("min_length", "repetition_penalty", "no_repeat_ngram_size")),
-        )
         length_limits = values.get("max_length")
-        if any(constrained):
-            max_lengths = None
-            if self.max_length_ratio is not None:
+        calls = {"allowed_tokens": allowed_tokens, "target_prefix": target_prefix}
+        active = list(self.processors) + [
+            cls() for cls in processors_package.registered().values() if calls.get(cls.call_input) is not None
+        ]
+        if active:
+            source_lengths = None
+            if any(processor.reads_source_lengths for processor in active):
                 source_lengths = (
                     ops.full((ops.shape(memory)[0],), ops.shape(memory)[1], "int32")
                     if memory_mask is None
                     else ops.sum(ops.cast(memory_mask, "int32"), axis=1)
                 )
-                max_lengths = relative_max_lengths(
-                    source_lengths, self.max_length_ratio, self.max_length_offset, self.max_length
-                )
-                if length_limits is not None:  # as a decoder built with that max_length
-                    max_lengths = ops.minimum(max_lengths, length_limits)
-            step, initial_state = constrained_step(
-                step,
-                initial_state,
-                self.end_token,
-                min_length=option("min_length"),
-                max_lengths=max_lengths,
-                suppress_tokens=self.suppress_tokens,
-                allowed_tokens=allowed_tokens,
-                repetition_penalty=option("repetition_penalty"),
-                no_repeat_ngram_size=option("no_repeat_ngram_size"),
-                prefix=target_prefix,
+            inputs = dict(
+                calls,
+                source_lengths=source_lengths,
+                length_limits=length_limits,
                 max_length=self.max_length,
+                values=values,
             )
+            step, initial_state = processors_package.processed_step(step, initial_state, active, self.end_token, inputs)
 
         common = dict(
             start_tokens=self.start_token,
@@ -368,12 +338,7 @@ class SearchDecoder(keras.layers.Layer):
                 "early_stopping": self.early_stopping,
                 "length_convention": self.length_convention,
                 "top_p": self.top_p,
-                "min_length": self.min_length,
-                "max_length_ratio": self.max_length_ratio,
-                "max_length_offset": self.max_length_offset,
-                "suppress_tokens": self.suppress_tokens,
-                "repetition_penalty": self.repetition_penalty,
-                "no_repeat_ngram_size": self.no_repeat_ngram_size,
+                "processors": [keras.saving.serialize_keras_object(p) for p in self.processors],
                 "num_hypotheses": self.num_hypotheses,
                 "return_token_log_probs": self.return_token_log_probs,
                 "runtime_options": list(self.runtime_options),

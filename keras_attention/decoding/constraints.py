@@ -1,67 +1,44 @@
 """Constraints on what a decoder may produce at each step, for every search.
 
 `constrained_step` wraps a step function so that its logits obey the
-constraints: the end token forbidden before `min_length` tokens, forced
-once an example reaches its own maximum length, ids that are never produced,
-and a per-example set of allowed ids. The searches (greedy, sampling, beam)
-run the wrapped step unchanged: the constraints ride in the state, which
-every search already tiles and reorders with its hypotheses. A forbidden id
-gets the log-probability floor `NEG_INF`, so the log-softmax of the rest
-renormalises over what is allowed and the `scores` the searches return are
-those of the constrained distribution.
+constraints given as keywords: it builds the logits processors they stand
+for (`keras_attention.decoding.processors`: `MinLength`,
+`RelativeMaxLength`, `SuppressTokens`, `AllowedTokens`, `RepetitionPenalty`,
+`NoRepeatNgram`, `ForcedPrefix`) and composes them (`processed_step`). The
+searches (greedy, sampling, beam) run the wrapped step unchanged: the
+constraints ride in the state, which every search already tiles and
+reorders with its hypotheses. A forbidden id gets the log-probability floor
+`NEG_INF`, so the log-softmax of the rest renormalises over what is allowed
+and the `scores` the searches return are those of the constrained
+distribution. Nucleus filtering (`top_p_filter`) lives here too.
 """
 
 from keras import ops
 
 from keras_attention import _checks
 from keras_attention.decoding import _loop
-from keras_attention.decoding.runtime_fields import RuntimeField
-
-__all__ = ["CONSTRAINT_FIELDS", "constrained_step", "relative_max_lengths", "top_p_filter"]
-
-# The constraints a request may set, whatever the search.
-CONSTRAINT_FIELDS = (
-    RuntimeField(
-        "min_length",
-        "int32",
-        0,
-        maximum="below max_length",
-        meaning="the end token is forbidden before this many tokens",
-    ),
-    RuntimeField("repetition_penalty", "float32", 1, meaning="CTRL repetition penalty"),
-    RuntimeField("no_repeat_ngram_size", "int32", 0, meaning="no n-gram twice (0: none)"),
+from keras_attention.decoding.processors import (
+    AllowedTokens,
+    ForcedPrefix,
+    MinLength,
+    NoRepeatNgram,
+    RelativeMaxLength,
+    RepetitionPenalty,
+    SuppressTokens,
+    processed_step,
+    relative_max_lengths,
 )
+from keras_attention.decoding.processors.repetition_penalty import check_repetition_penalty
+from keras_attention.decoding.processors.suppress_tokens import check_suppress_tokens
 
-
-def relative_max_lengths(source_lengths, ratio, offset, max_length):
-    """Per example `min(max_length, floor(ratio * source_length + offset))`,
-    at least 1: the most tokens (the end token included) an example may have.
-
-    Example:
-
-    ```python
-    keras_attention.decoding.relative_max_lengths(np.array([3, 10]), 1.5, 2, max_length=12)
-    # [6, 12]
-    ```
-    """
-    ratio = _checks.check_number("decoding", "max_length_ratio", ratio, minimum=0)
-    offset = _checks.check_number("decoding", "max_length_offset", offset)
-    lengths = ops.floor(ops.cast(source_lengths, "float32") * ratio + offset)
-    return ops.cast(ops.clip(lengths, 1, max_length), "int32")
-
-
-def check_suppress_tokens(owner, ids, end_token):
-    """`ids` as a sorted list of distinct ids (None stays None), refusing the end token."""
-    if ids is None:
-        return None
-    if not isinstance(ids, (list, tuple)) or not all(_checks.is_int(i) and i >= 0 for i in ids):
-        raise ValueError(f"{_checks.owner_name(owner)}: `suppress_tokens` must be a list of integer ids; got {ids!r}.")
-    if end_token in ids:
-        raise ValueError(
-            f"{_checks.owner_name(owner)}: `suppress_tokens` {list(ids)} includes the end token {end_token}: "
-            "nothing could end."
-        )
-    return sorted({int(i) for i in ids})
+__all__ = [
+    "check_repetition_penalty",
+    "check_suppress_tokens",
+    "check_top_p",
+    "constrained_step",
+    "relative_max_lengths",
+    "top_p_filter",
+]
 
 
 def constrained_step(
@@ -90,7 +67,8 @@ def constrained_step(
       CTRL, arXiv:1909.05858);
     - `t < min_length`: the end token is forbidden (at least `min_length`
       tokens before the end, the end token not counted);
-    - `t >= max_lengths[b] - 1`: every token but the end is forbidden, so
+    - `t >= max_lengths[b] - 1`: every token but the end is forbidden, and
+      the end is allowed even below `min_length` (the limit wins), so
       example `b` has at most `max_lengths[b]` tokens, the end included;
     - `suppress_tokens`: ids never produced;
     - `allowed_tokens` `(batch, vocabulary)` bool: example `b` produces only
@@ -137,172 +115,51 @@ def constrained_step(
     ```
     """
     end_token = _checks.check_int("decoding", "end_token", end_token, 0, "an integer id")
-    suppress_tokens = check_suppress_tokens("decoding", suppress_tokens, end_token)
-    batch = _loop.batch_size_of(0, initial_state)
-    constraints = {}
-    # A per-example value rides in the state, which the searches tile and
-    # reorder with the hypotheses; a number stays a constant of the graph.
-    min_length = _loop.option_rows(
-        min_length, "int32", lambda v: _checks.check_int("decoding", "min_length", v, 0, "an integer")
-    )
-    repetition_penalty = _loop.option_rows(
-        repetition_penalty, "float32", lambda v: check_repetition_penalty("decoding", v)
-    )
-    no_repeat_ngram_size = _loop.option_rows(
-        no_repeat_ngram_size,
-        "int32",
-        lambda v: _checks.check_int("decoding", "no_repeat_ngram_size", v, 0, "an integer"),
-    )
-    for name, value in (
-        ("min_length", min_length),
-        ("repetition_penalty", repetition_penalty),
-        ("ngram_size", no_repeat_ngram_size),
+    check_suppress_tokens("decoding", suppress_tokens, end_token)
+    # A per-example value rides in the state (the processor's), which the
+    # searches tile and reorder with the hypotheses; a number stays a
+    # constant of the graph.
+    values, numbers = {}, {}
+    for name, value, dtype, check in (
+        ("min_length", min_length, "int32", lambda v: _checks.check_int("decoding", "min_length", v, 0, "an integer")),
+        ("repetition_penalty", repetition_penalty, "float32", lambda v: check_repetition_penalty("decoding", v)),
+        (
+            "no_repeat_ngram_size",
+            no_repeat_ngram_size,
+            "int32",
+            lambda v: _checks.check_int("decoding", "no_repeat_ngram_size", v, 0, "an integer"),
+        ),
     ):
+        value = _loop.option_rows(value, dtype, check)
         if _loop.is_rows(value):
-            constraints[name] = value
+            values[name] = value
+        else:
+            numbers[name] = value
+    processors = [
+        processor
+        for processor in (
+            MinLength(numbers.get("min_length", 0)),
+            RepetitionPenalty(numbers.get("repetition_penalty", 1.0)),
+            NoRepeatNgram(numbers.get("no_repeat_ngram_size", 0)),
+            SuppressTokens(suppress_tokens),
+        )
+        if processor.acts() or any(field.name in values for field in processor.runtime_fields)
+    ]
     if max_lengths is not None:
-        constraints["max_lengths"] = ops.cast(max_lengths, "int32")
+        processors.append(RelativeMaxLength())
     if allowed_tokens is not None:
-        constraints["allowed"] = ops.cast(allowed_tokens, "bool")
-    penalizes = _loop.is_rows(repetition_penalty) or repetition_penalty != 1
-    blocks_ngrams = _loop.is_rows(no_repeat_ngram_size) or no_repeat_ngram_size
-    if penalizes or blocks_ngrams:
-        if max_length is None:
-            raise ValueError("decoding: a repetition penalty or n-gram blocking needs the search's `max_length`.")
-        constraints["history"] = ops.full((batch, _loop.check_max_length(max_length)), -1, "int32")
-    if blocks_ngrams:
-        constraints["suffix_matches"] = ops.zeros((batch, max_length), "int32")
+        processors.append(AllowedTokens())
     if prefix is not None:
-        constraints["prefix"] = ops.cast(prefix, "int32")
-        constraints["prefix_lengths"] = (
-            ops.sum(ops.cast(ops.greater_equal(constraints["prefix"], 0), "int32"), axis=1)
-            if prefix_lengths is None
-            else ops.cast(prefix_lengths, "int32")
-        )
-
-    step_fn = _loop.timed_step(step_fn)
-
-    def step(ids, state, time):
-        inner, extra = state
-        logits, inner, alignment = _loop.call_step(step_fn, ids, inner, time)
-        logits = ops.cast(logits, "float32")
-        extra = dict(extra)
-        if "history" in extra:
-            # `ids` are the tokens chosen at the previous step (the start token at the first).
-            history = extra["history"]
-            columns = ops.expand_dims(ops.arange(ops.shape(history)[1], dtype="int32"), 0)
-            written = ops.equal(columns, time - 1)
-            extra["history"] = ops.where(written, ops.expand_dims(ops.cast(ids, "int32"), 1), history)
-            if "suffix_matches" in extra:
-                extra["suffix_matches"] = _suffix_matches(extra["suffix_matches"], extra["history"], ids, time)
-            if penalizes:
-                penalty = extra.get("repetition_penalty", repetition_penalty)
-                logits = _penalize_repetitions(logits, extra["history"], penalty)
-        forbidden = _forbidden(
-            logits,
-            extra,
-            time,
-            end_token,
-            extra.get("min_length", min_length),
-            suppress_tokens,
-            extra.get("ngram_size", no_repeat_ngram_size),
-        )
-        logits = ops.where(forbidden, _loop.NEG_INF, logits)
-        if alignment is None:
-            return logits, (inner, extra)
-        return logits, (inner, extra), alignment
-
-    return step, (initial_state, constraints)
-
-
-def check_repetition_penalty(owner, value):
-    return _checks.check_number(owner, "repetition_penalty", value, minimum=1)
-
-
-def _one_hot_ids(ids, vocabulary):
-    """`(..., V)` bool: True at each id of `ids` (negative ids mark nothing)."""
-    ids = ops.where(ops.greater_equal(ids, 0), ids, vocabulary)
-    return ops.cast(ops.one_hot(ids, vocabulary + 1)[..., :vocabulary], "bool")
-
-
-def _penalize_repetitions(logits, history, penalty):
-    produced = ops.any(_one_hot_ids(history, ops.shape(logits)[-1]), axis=1)
-    if _loop.is_rows(penalty):
-        penalty = ops.expand_dims(penalty, 1)
-    penalized = ops.where(ops.greater(logits, 0), logits / penalty, logits * penalty)
-    return ops.where(produced, penalized, logits)
-
-
-def _suffix_matches(previous, history, ids, time):
-    """`(N, L)` int: entry `j` is the length of the longest common suffix of
-    the tokens `0..j` and `0..time-1` (the latest, `ids`, just written at
-    `time - 1`; `time` the search's scalar counter), for `j < time - 1`; 0
-    elsewhere.
-
-    One step of the recurrence `S[j] = (h[j] == h[t-1]) * (1 + S_prev[j-1])`,
-    so n-gram blocking costs `O(L)` a step whatever `n`, and `n` may differ
-    per example.
-    """
-    shifted = ops.pad(previous[:, :-1], [[0, 0], [1, 0]])
-    columns = ops.expand_dims(ops.arange(ops.shape(history)[1], dtype="int32"), 0)
-    extends = ops.logical_and(
-        ops.equal(history, ops.expand_dims(ops.cast(ids, "int32"), 1)),
-        ops.less(columns, time - 1),
-    )
-    return ops.where(extends, shifted + 1, 0)
-
-
-def _repeated_ngram_ends(history, suffix_matches, n, vocabulary):
-    """`(N, V)` bool: the tokens that would complete an n-gram already in
-    `history` (`n` an int or `(N,)` ints; 0: none).
-
-    With `n >= 2`, token `h[j+1]` is forbidden when the `n - 1` tokens
-    ending at `j` are the last `n - 1` produced (`suffix_matches[j] >= n -
-    1`); with `n = 1` every token produced is.
-    """
-    if not _loop.is_rows(n):
-        n = ops.full((ops.shape(history)[0],), n, "int32")
-    n = ops.expand_dims(n, 1)
-    repeats = ops.logical_and(ops.greater_equal(n, 2), ops.greater_equal(suffix_matches[:, :-1], n - 1))
-    completing = ops.where(repeats, history[:, 1:], -1)
-    forbidden = ops.any(_one_hot_ids(completing, vocabulary), axis=1)
-    produced = ops.any(_one_hot_ids(history, vocabulary), axis=1)
-    return ops.logical_or(forbidden, ops.logical_and(ops.equal(n, 1), produced))
-
-
-def _forbidden(logits, extra, time, end_token, min_length, suppress_tokens, no_repeat_ngram_size):
-    """`(N, V)` bool (or `(1, V)`, the same for every row): the tokens this
-    step, producing token `time` (the search's scalar counter), may not produce."""
-    vocabulary = ops.shape(logits)[-1]
-    token = ops.expand_dims(ops.arange(vocabulary, dtype="int32"), 0)  # (1, V)
-    is_end = ops.equal(token, end_token)
-    if _loop.is_rows(min_length):
-        min_length = ops.expand_dims(min_length, 1)
-    forbidden = ops.logical_and(is_end, ops.less(time, min_length))
-    if "max_lengths" in extra:
-        at_last = ops.greater_equal(time, ops.expand_dims(extra["max_lengths"], 1) - 1)
-        forbidden = ops.logical_or(forbidden, ops.logical_and(at_last, ops.logical_not(is_end)))
-    if suppress_tokens:
-        suppressed = ops.any(
-            ops.equal(ops.expand_dims(token, -1), ops.convert_to_tensor(suppress_tokens, "int32")), axis=-1
-        )
-        forbidden = ops.logical_or(forbidden, suppressed)
-    if "allowed" in extra:
-        forbidden = ops.logical_or(forbidden, ops.logical_not(ops.logical_or(extra["allowed"], is_end)))
-    if "suffix_matches" in extra:
-        repeated = _repeated_ngram_ends(extra["history"], extra["suffix_matches"], no_repeat_ngram_size, vocabulary)
-        forbidden = ops.logical_or(forbidden, repeated)
-    if "prefix" in extra:
-        prefix = extra["prefix"]
-        in_prefix = ops.less(time, ops.expand_dims(extra["prefix_lengths"], 1))  # (N, 1)
-        column = ops.minimum(time, ops.shape(prefix)[1] - 1)
-        forced = ops.expand_dims(ops.take(prefix, ops.maximum(column, 0), axis=1), 1)  # (N, 1)
-        # Logical ops, not a select: onnxruntime has no boolean Where.
-        forbidden = ops.logical_or(
-            ops.logical_and(in_prefix, ops.not_equal(token, forced)),
-            ops.logical_and(ops.logical_not(in_prefix), forbidden),
-        )
-    return forbidden
+        processors.append(ForcedPrefix())
+    inputs = {
+        "max_lengths": max_lengths,
+        "allowed_tokens": allowed_tokens,
+        "target_prefix": prefix,
+        "prefix_lengths": prefix_lengths,
+        "max_length": max_length,
+        "values": values,
+    }
+    return processed_step(step_fn, initial_state, processors, end_token, inputs)
 
 
 def check_top_p(owner, top_p):

@@ -84,6 +84,7 @@ def _name_dynamic_axes(model_proto, signature):
 
 
 OPTIONS_PROPERTY = "keras_attention.options"
+PREFIXES_PROPERTY = "keras_attention.prefixes"  # {input name: {"vocabulary", "max_length"}}
 
 
 def _optional_option_inputs(model_proto, signature):
@@ -179,6 +180,8 @@ def _export_onnx(signature, function, path, opset, lengths_from=None, directions
     if signature.options:
         _optional_option_inputs(model_proto, signature)
         properties[OPTIONS_PROPERTY] = json.dumps(signature.options)
+    if signature.prefixes:
+        properties[PREFIXES_PROPERTY] = json.dumps(signature.prefixes)
     onnx.helper.set_model_props(model_proto, properties)
     onnx.save(model_proto, str(path))
     try:

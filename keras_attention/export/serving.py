@@ -6,10 +6,15 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_attention.decoders.runtime_options import RUNTIME_OPTIONS, check_length_values, check_option_values
+from keras_attention.decoders.runtime_options import (
+    RUNTIME_OPTIONS,
+    check_length_values,
+    check_option_values,
+    check_prefix_values,
+)
 from keras_attention.export.fused_rnn import ZERO_STEPS_REFUSED
 from keras_attention.export.layout import DEFAULT_SIGNATURE, PRECISIONS, VOCABULARY_FILE, _onnx_file
-from keras_attention.export.onnx import OPTIONS_PROPERTY, _session
+from keras_attention.export.onnx import OPTIONS_PROPERTY, PREFIXES_PROPERTY, _session
 from keras_attention.export.vocabulary import _is_text, decode_ids, encode_strings, load_vocabulary
 
 _ONNX_TYPES = {
@@ -152,6 +157,7 @@ class _OnnxSignature:
         self.session = _session(self.path, threads)
         self.specs = {i.name: i for i in self.session.get_inputs()}
         self.options = session_options(self.session)
+        self.prefixes = session_options(self.session, PREFIXES_PROPERTY)
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     def feeds(self, inputs):
@@ -189,6 +195,10 @@ class _OnnxSignature:
             _check_ids(name, feeds[name], rows.get(name))
         batch = next((a.shape[0] for a in feeds.values() if a.ndim >= 1), None)
         feeds.update(option_feeds(self.options, options, batch))
+        for name, facts in self.prefixes.items():  # what the SavedModel asserts
+            limits = feeds.get("max_length")
+            limits = facts["max_length"] if limits is None or limits.size == 0 else limits
+            check_prefix_values(f"input `{name}`", feeds[name], facts["vocabulary"], limits)
         return feeds
 
     def run(self, feeds):
@@ -230,11 +240,12 @@ class _OnnxSignature:
         }
 
 
-def session_options(session):
-    """{run-time option: bounds and default} of an exported decoder, from its ONNX metadata."""
+def session_options(session, key=OPTIONS_PROPERTY):
+    """{run-time option: bounds and default} of an exported decoder, from its
+    ONNX metadata (or, with `key=PREFIXES_PROPERTY`, its forced-prefix inputs')."""
     import json
 
-    text = session.get_modelmeta().custom_metadata_map.get(OPTIONS_PROPERTY)
+    text = session.get_modelmeta().custom_metadata_map.get(key)
     return json.loads(text) if text else {}
 
 

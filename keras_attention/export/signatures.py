@@ -36,6 +36,9 @@ class Signature:
             a runner returns {output name: array} under these names.
         options: {input name: bounds and default} of the decoders' run-time
             options among the inputs (empty for other models).
+        prefixes: {input name: {"vocabulary", "max_length"}} of the inputs fed
+            as a decoder's `target_prefix`: serving refuses ids outside the
+            vocabulary and prefixes longer than an example's max_length.
 
     `call_keras(arrays)` gives Keras's outputs, {output name: numpy array};
     `serve(*tensors)` is the function the TensorFlow formats trace.
@@ -66,6 +69,8 @@ class Signature:
     output_dtypes: list
     # {input name: bounds and default} of the decoders' run-time options
     options: dict = dataclasses.field(default_factory=dict)
+    # {input name: {"vocabulary", "max_length"}} of the decoders' forced prefixes
+    prefixes: dict = dataclasses.field(default_factory=dict)
 
     def call_keras(self, arrays):
         """{output name: numpy array} for a list of input arrays in signature order."""
@@ -83,6 +88,8 @@ class Signature:
         serving checks its feeds in Python)."""
         if self.options:
             tensors = _checked_options(self, tensors)
+        if self.prefixes:
+            tensors = _checked_prefixes(self, tensors)
         outputs = self.model(keras.tree.pack_sequence_as(self.structure, list(tensors)), training=False)
         return dict(zip(self.output_names, keras.tree.flatten(outputs)))
 
@@ -119,6 +126,59 @@ def _checked_options(signature, tensors):
             assertions.append(tf.debugging.Assert(tf.reduce_all(tf.less(low, high)), [message, low, "and", high]))
     with tf.control_dependencies(counts + assertions):
         return [tf.identity(t) if n in signature.options else t for n, t in named.items()]
+
+
+def _checked_prefixes(signature, tensors):
+    """`tensors`, the forced-prefix inputs behind assertions: ids in the
+    vocabulary (-1 pads), and no more tokens than the example's max_length
+    (the run-time `max_length` input's rows when there is one): what Keras
+    refuses eagerly (`check_prefix_values`), which the graph would cut."""
+    import tensorflow as tf
+
+    named = dict(zip(signature.input_names, tensors))
+    checked = {}
+    for name, facts in signature.prefixes.items():
+        prefix = tf.cast(named[name], tf.int32)
+        assertions = []
+        if facts["vocabulary"] is not None:
+            top = facts["vocabulary"] - 1
+            valid = tf.reduce_all((prefix >= -1) & (prefix <= top))
+            message = f"input `{name}` holds an id outside the vocabulary: expected ids from 0 to {top} (-1 pads); got"
+            assertions.append(tf.debugging.Assert(valid, [message, prefix], summarize=16))
+        lengths = tf.reduce_sum(tf.cast(prefix >= 0, tf.int32), axis=1)
+        limits = facts["max_length"]
+        if "max_length" in signature.options:
+            limits = broadcast_option(named["max_length"], limits, tf.shape(prefix)[0], "int32")
+        message = f"input `{name}` forces more tokens than an example's max_length; got the prefix lengths"
+        assertions.append(
+            tf.debugging.Assert(tf.reduce_all(lengths <= limits), [message, lengths, "and max_length", limits])
+        )
+        with tf.control_dependencies(assertions):
+            checked[name] = tf.identity(named[name])
+    return [checked.get(n, t) for n, t in named.items()]
+
+
+def model_prefixes(model, named_inputs):
+    """{input name: {"vocabulary", "max_length"}} of the model inputs fed as
+    a decoder's `target_prefix` (`named_inputs`: [(name, KerasTensor)])."""
+    names = {id(tensor): name for name, tensor in named_inputs}
+    found = {}
+
+    def visit(layer):
+        if isinstance(layer, SearchDecoder):
+            for node in getattr(layer, "_inbound_nodes", []):
+                arguments = node.arguments
+                prefix = arguments.kwargs.get("target_prefix")
+                if prefix is None and len(arguments.args) > 4:
+                    prefix = arguments.args[4]
+                if id(prefix) in names:
+                    found[names[id(prefix)]] = {"vocabulary": layer.vocabulary_size(), "max_length": layer.max_length}
+            return
+        for sublayer in getattr(layer, "layers", None) or []:
+            visit(sublayer)
+
+    visit(model)
+    return found
 
 
 def model_options(model):
@@ -278,4 +338,5 @@ def _make_signature(name, model, input_signature, argument):
     output_names = _output_names(model, output_struct)
     output_dtypes = [keras.backend.standardize_dtype(t.dtype) for t in keras.tree.flatten(output_struct)]
     options = {n: bounds for n, bounds in model_options(model).items() if n in input_names}
-    return Signature(name, model, structure, input_names, specs, output_names, output_dtypes, options)
+    prefixes = model_prefixes(model, inputs[1]) if inputs is not None else {}
+    return Signature(name, model, structure, input_names, specs, output_names, output_dtypes, options, prefixes)
