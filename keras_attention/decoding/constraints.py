@@ -173,7 +173,9 @@ def constrained_step(
     if blocks_ngrams:
         constraints["suffix_matches"] = ops.zeros((batch, max_length), "int32")
     if prefix is not None:
-        constraints["prefix"] = ops.cast(prefix, "int32")
+        # One more column of padding (-1): a prefix of width 0 still has a
+        # column for the step to read (an empty gather fails in TensorFlow).
+        constraints["prefix"] = ops.pad(ops.cast(prefix, "int32"), [[0, 0], [0, 1]], constant_values=-1)
         constraints["prefix_lengths"] = (
             ops.sum(ops.cast(ops.greater_equal(constraints["prefix"], 0), "int32"), axis=1)
             if prefix_lengths is None
