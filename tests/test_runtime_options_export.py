@@ -222,3 +222,44 @@ def test_texts_are_decoded_with_the_options(sample_export, tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == [f"{w}\t{t}" for w, t in zip(words, short)]
     with pytest.raises(ValueError, match=r"`options`: `seed` must be one value for every text"):
         translate_texts(directory, words, options={"seed": [1, 2, 3, 4]})
+
+
+def test_one_seed_gives_each_row_its_own_stream_in_every_runtime(sample_export):
+    # Issue 34 item 11: one seed for the batch gave every row the same draws.
+    directory, model, decoder = sample_export
+    source = np.repeat(sources()[:1], 6, 0)
+    request = {"source": source, "seed": [3], "temperature": [5.0]}
+    want = keras_ids(model, decoder, request)
+    assert len({tuple(row) for row in want}) > 1
+    np.testing.assert_array_equal(keras_ids(model, decoder, request), want)  # reproducible
+    streams = np.asarray(ka.decoding.row_seeds(np.full(6, 3), np.arange(6)))
+    np.testing.assert_array_equal(keras_ids(model, decoder, {**request, "seed": streams}), want)
+    np.testing.assert_array_equal(run_onnx(directory, request)["outputs"]["ids"], want)
+    function = tf.saved_model.load(str(directory / "saved_model")).signatures["serving_default"]
+    feeds = {name: tf.zeros((0,), spec["dtype"]) for name, spec in decoder.option_specs().items()}
+    feeds.update(source=tf.constant(source), seed=tf.constant([3]), temperature=tf.constant([5.0]))
+    np.testing.assert_array_equal(function(**feeds)["ids"].numpy(), want)
+
+
+def test_a_sampling_decoder_seeded_in_its_constructor_only_exports(tmp_path):
+    # Issue 34 item 9: it failed ONNX export with StatelessRandomUniformIntV2.
+    # Exported, the constructor's seed is that seed for the batch (row b:
+    # row_seeds(seed, b)), as a run-time seed left out is.
+    model, _ = option_model("sample", names=(), seed=3)
+    source = np.repeat(sources()[:1], 4, 0)
+    report = export_model(model, tmp_path / "export", sample_inputs=[{"source": source}])
+    for format in ("saved_model", "onnx"):
+        assert report.max_abs_diff(format, "ids") == 0 and report.max_abs_diff(format, "lengths") == 0
+    served = run_onnx(tmp_path / "export", {"source": source})["outputs"]["ids"]
+    assert len({tuple(row) for row in served}) > 1
+    with_option, decoder = option_model("sample", names=("seed",), seed=3)
+    np.testing.assert_array_equal(served, keras_ids(with_option, decoder, {"source": source}))
+    # In Keras the decoder keeps its generator: new samples per call.
+    assert not np.array_equal(np.asarray(model(source)["ids"]), np.asarray(model(source)["ids"]))
+
+
+def test_an_exported_sampling_decoder_needs_an_integer_seed(tmp_path):
+    model, _ = option_model("sample", names=(), seed=None)
+    with pytest.raises(ValueError, match=r"an exported sampling decoder draws from its `seed`, which must be an "):
+        export_model(model, tmp_path / "export", formats=["saved_model"], sample_inputs=[{"source": sources()}])
+    assert not (tmp_path / "export").exists()

@@ -109,7 +109,12 @@ class InferenceDecoder(SearchDecoder):
             the SavedModel and ONNX signatures with that default, checked
             where it is fed. With a run-time `seed` the draws are a function
             of (seed, step, token): the same sample in Keras, SavedModel and
-            ONNX, whatever the rest of the batch.
+            ONNX; a seed per row whatever the rest of the batch, one seed for
+            the batch (or the constructor's, left out) drawing row `b` with
+            `keras_attention.decoding.row_seeds(seed, b)`, so rows differ.
+            A constructor `seed` alone seeds a generator in Keras (new
+            samples at each call); exported, the integer seed is used as one
+            seed for the batch (the same samples at each request).
 
     Example:
 

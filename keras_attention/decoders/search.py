@@ -25,6 +25,7 @@ from keras_attention.decoders.runtime_options import (
 from keras_attention.decoders.search_methods import METHODS, adopt_strategy, keyword_less_fields, strategy_of
 from keras_attention.decoding import LENGTH_CONVENTIONS, constrained_step, relative_max_lengths, strategies, tile_batch
 from keras_attention.decoding.constraints import check_repetition_penalty, check_suppress_tokens, check_top_p
+from keras_attention.decoding.hashed_random import decoder_seed, spread_seed
 
 __all__ = ["SearchDecoder", "noise_at"]
 
@@ -203,15 +204,13 @@ class SearchDecoder(keras.layers.Layer):
             if array is not None:  # checked now when known (an eager call); exports check their inputs
                 checked[name] = check_option_values(where, name, array, specs[name], known_batch)
         check_length_values(where, checked, specs)
-        defaults = self.option_defaults()
-        if "seed" in defaults:
-            # One seed per example by default, or every example would draw
-            # the same noise.
-            defaults["seed"] = defaults["seed"] + ops.arange(batch, dtype="int32")
-        return {
+        values = {
             name: broadcast_option(options.get(name), default, batch, RUNTIME_OPTIONS[name].dtype)
-            for name, default in defaults.items()
+            for name, default in self.option_defaults().items()
         }
+        if "seed" in values:  # one seed (or the default) for the batch: a stream per row
+            values["seed"] = spread_seed(options.get("seed"), values["seed"], batch)
+        return values
 
     def _check_prefix(self, target_prefix, max_length):
         """A forced prefix longer than its example's max_length is refused
@@ -316,7 +315,7 @@ class SearchDecoder(keras.layers.Layer):
         strategy = strategy_of(self)
         runtime = {field.name: values[field.name] for field in strategy.runtime_fields if field.name in values}
         if self.seed_generator is not None and "seed" not in runtime:
-            runtime["seed"] = self.seed_generator  # the layer's, saved with it
+            runtime["seed"] = decoder_seed(self, self.seed, self.seed_generator)  # exported: the seed
         return strategy.search(step, initial_state, runtime, **common)
 
     def compute_mask(self, memory, previous_mask=None):
