@@ -28,7 +28,7 @@ OPTIONS = {
         "no_repeat_ngram_size": [1, 2, 0],
     },
     "sample": {
-        "max_length": [8, 3, 5],
+        "max_length": [3, 8, 5],
         "min_length": [5, 2, 0],
         "temperature": [0.3, 2.0, 5.0],
         "top_k": [1, 2, 0],
