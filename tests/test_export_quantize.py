@@ -118,7 +118,8 @@ def test_decoder_ids_agreement_is_the_share_of_identical_rows(tmp_path):
         total += len(want)
     measured = report.quantized["serving_default"]["outputs"]
     assert measured["ids"]["rows_identical"] == pytest.approx(identical / total)
-    assert set(measured) == {"ids", "alignments", "lengths", "scores"}
+    assert set(measured) == {"ids", "alignments", "lengths", "scores", "finished"}
+    assert 0 <= measured["finished"]["rows_identical"] <= 1
 
 
 def test_bad_quantize_and_precision_values_are_named(dense_export, tmp_path):

@@ -263,3 +263,34 @@ def test_an_exported_sampling_decoder_needs_an_integer_seed(tmp_path):
     with pytest.raises(ValueError, match=r"an exported sampling decoder draws from its `seed`, which must be an "):
         export_model(model, tmp_path / "export", formats=["saved_model"], sample_inputs=[{"source": sources()}])
     assert not (tmp_path / "export").exists()
+
+
+def test_a_row_cut_by_a_run_time_max_length_is_served_as_unfinished(sample_export, capsys):
+    # Issue 34 item 13: padded with end ids, a cut row read as finished.
+    directory, model, decoder = sample_export
+    request = {"source": sources(), "max_length": [2], "seed": [3]}
+    feeds = {name: None for name in decoder.runtime_options}
+    feeds.update({k: np.asarray(v) for k, v in request.items()})
+    want = {name: np.asarray(value) for name, value in model(feeds).items()}
+    last = np.take_along_axis(want["ids"], np.maximum(want["lengths"] - 1, 0)[:, None], axis=1)[:, 0]
+    np.testing.assert_array_equal(want["finished"], (want["lengths"] > 0) & (last == 2))
+    assert not want["finished"].all() and (want["ids"][:, 2:] == 2).all()  # cut rows padded with end ids
+    served = run_onnx(directory, request)["outputs"]
+    np.testing.assert_array_equal(served["finished"], want["finished"])
+    assert served["finished"].dtype == bool
+    function = tf.saved_model.load(str(directory / "saved_model")).signatures["serving_default"]
+    saved = {name: tf.zeros((0,), spec["dtype"]) for name, spec in decoder.option_specs().items()}
+    saved.update({k: tf.constant(v) for k, v in request.items()})
+    np.testing.assert_array_equal(function(**saved)["finished"].numpy(), want["finished"])
+    # The serve command says it per translation, and in text mode on stderr.
+    inputs = json.dumps({"source": ["abc", "hgfed", "a"]})
+    argv = [str(directory), "--inputs", inputs, "--runs", "0", "--max-length", "2", "--seed", "3"]
+    flags = run_onnx(directory, {"source": ["abc", "hgfed", "a"], "max_length": 2, "seed": 3})["outputs"]["finished"]
+    assert serve([*argv, "--json"]) == 0
+    assert [row["finished"] for row in json.loads(capsys.readouterr().out)["translations"]] == flags.tolist()
+    assert serve(argv) == 0
+    note = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    cut = [i for i, flag in enumerate(flags) if not flag]
+    assert note == (
+        [f"note: rows {cut} were cut at max_length (no end token; output `finished` false)."] if cut else []
+    )

@@ -43,8 +43,11 @@ class InferenceDecoder(SearchDecoder):
     Shapes: memory `(B, Ts, dm)`, memory_mask `(B, Ts)` (filled from the
     memory's Keras mask), initial_state: the cell's states (default zeros;
     see the cell for which states a user may give). Returns a dict:
-    `ids (B, L)` int32, `scores (B,)`, `lengths (B,)`, `alignments (B, L, Ts)`
-    (with `return_alignments`); with `method="beam"` each gains a beam axis
+    `ids (B, L)` int32, `scores (B,)`, `lengths (B,)`, `finished (B,)` bool
+    (the hypothesis produced the end token: False for one cut at the
+    `max_length`, the constructor's or a request's, whose ids are padded with
+    end ids all the same), `alignments (B, L, Ts)` (with
+    `return_alignments`); with `method="beam"` each gains a beam axis
     after the batch (`(B, K, L)`, ...) and `log_probs (B, K)` is added, beams
     sorted best first; beams beyond the valid hypotheses (a vocabulary too
     small for the width) are empty: end tokens, length 0, score `-inf`.

@@ -340,6 +340,7 @@ class SearchDecoder(keras.layers.Layer):
             "ids": keras.KerasTensor((*lead, self.max_length), dtype="int32"),
             "scores": keras.KerasTensor(lead, dtype="float32"),
             "lengths": keras.KerasTensor(lead, dtype="int32"),
+            "finished": keras.KerasTensor(lead, dtype="bool"),
         }
         if self.return_alignments:
             spec["alignments"] = keras.KerasTensor((*lead, self.max_length, source), dtype="float32")

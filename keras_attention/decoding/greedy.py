@@ -84,7 +84,12 @@ def _single_path_search(
 
     loop_vars = (ops.convert_to_tensor(1, "int32"), token, state, *carried)
     _, _, _, _, scores, lengths, out_ids, alignments, token_log_probs = ops.while_loop(cond, body, loop_vars)
-    result = {"ids": out_ids, "scores": scores, "lengths": lengths}
+    result = {
+        "ids": out_ids,
+        "scores": scores,
+        "lengths": lengths,
+        "finished": _loop.ended(out_ids, lengths, end_token),
+    }
     if _loop.is_carried(alignments):
         result["alignments"] = alignments
     if _loop.is_carried(token_log_probs):
@@ -137,7 +142,10 @@ def greedy_search(
     Returns:
         A dict: `ids (batch, max_length)` int32; `scores (batch,)` the sum of
         the log-probabilities of the produced tokens; `lengths (batch,)` the
-        number of tokens produced, the end token included; and, when the step
+        number of tokens produced, the end token included; `finished
+        (batch,)` bool, whether the sequence produced `end_token` (False for
+        one cut at `max_length` or its `length_limits`, whose ids are padded
+        with `pad_token` all the same); and, when the step
         returns alignments and `return_alignments` is on,
         `alignments (batch, max_length, source_length)` (zero after the end).
     """
