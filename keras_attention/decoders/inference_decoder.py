@@ -107,7 +107,10 @@ class InferenceDecoder(SearchDecoder):
             (`beam_width`, `num_hypotheses` and `method` shape the loop and
             cannot). The call then takes `options={name: value}`: one value
             for every example or `(B,)` values, one per example; an option
-            left out (or empty) takes the constructor's value. Exported
+            left out (or empty) takes the constructor's value.
+            `Model.predict` slices every input by rows: pass it
+            `decoder.predict_inputs(inputs)`, the options written out per
+            example (what the direct call gives). Exported
             (`option_inputs()` gives the model inputs), each is an input of
             the SavedModel and ONNX signatures with that default, checked
             where it is fed. With a run-time `seed` the draws are a function

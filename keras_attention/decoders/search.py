@@ -13,6 +13,7 @@ import numpy as np
 from keras import ops
 
 from keras_attention import _checks
+from keras_attention.decoders.predict_inputs import expand_options
 from keras_attention.decoders.runtime_options import (
     RUNTIME_OPTIONS,
     broadcast_option,
@@ -180,6 +181,12 @@ class SearchDecoder(keras.layers.Layer):
             name: keras.Input((), dtype=RUNTIME_OPTIONS[name].dtype, name=name, optional=True)
             for name in self.runtime_options
         }
+
+    def predict_inputs(self, inputs):
+        """`inputs` for `Model.predict` with every run-time option written out
+        per example (predict slices each input by rows, so one value for a
+        batch cannot go through it): see `predict_inputs.expand_options`."""
+        return expand_options(self, inputs)
 
     def _option_values(self, options, batch):
         """{run-time option: `(batch,)` tensor}, from the call's `options`
