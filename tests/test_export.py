@@ -169,18 +169,21 @@ def test_teacher_forced_and_decoding_signatures_match_keras(seq2seq):
     assert report.ok
     assert set(report.signatures) == {"serving_default", "translate", "translate_beam"}
     assert report.signatures["translate"]["inputs"] == {"source": {"shape": [None, None], "dtype": "int32"}}
-    assert set(report.signatures["translate"]["outputs"]) == {"ids", "scores", "lengths", "alignments"}
+    assert set(report.signatures["translate"]["outputs"]) == {"ids", "scores", "lengths", "finished", "alignments"}
     assert set(report.signatures["translate_beam"]["outputs"]) == {
         "ids",
         "scores",
         "lengths",
+        "finished",
         "alignments",
         "log_probs",
     }
     for signature in ("translate", "translate_beam"):
+        assert report.signatures[signature]["outputs"]["finished"] == {"dtype": "bool"}
         for format in ("saved_model", "onnx"):
             assert report.max_abs_diff(format, "ids", signature) == 0
             assert report.max_abs_diff(format, "lengths", signature) == 0
+            assert report.max_abs_diff(format, "finished", signature) == 0
             assert report.max_abs_diff(format, "scores", signature) <= 1e-4
     assert report.max_abs_diff("onnx", "logits") <= 1e-4
     assert {p.name for p in directory.iterdir()} == {

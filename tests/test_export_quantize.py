@@ -69,6 +69,8 @@ def test_int8_file_is_written_beside_the_float_one_with_quantized_products(dense
         directory / "model.int8.onnx"
     )
     assert not {"MatMulInteger", "DynamicQuantizeLinear"} & op_types(directory / "model.onnx")
+    # No loop here: every product is covered.
+    assert entry["int8_products"] >= 1 and entry["float32_products_in_loops"] == 0
     # The float32 file is held to the parity tolerance as ever; the int8 one is not in the parity rows.
     assert report.ok and {row.format for row in report.parity} == {"onnx"}
     written = json.loads((directory / "report.json").read_text())
@@ -118,7 +120,19 @@ def test_decoder_ids_agreement_is_the_share_of_identical_rows(tmp_path):
         total += len(want)
     measured = report.quantized["serving_default"]["outputs"]
     assert measured["ids"]["rows_identical"] == pytest.approx(identical / total)
-    assert set(measured) == {"ids", "alignments", "lengths", "scores"}
+    assert set(measured) == {"ids", "alignments", "lengths", "scores", "finished"}
+    # What int8 covers (issue 34 item 12): the decode loop's products stay
+    # float32 -- as many as in the float32 file's loop -- and are counted.
+    entry = report.quantized["serving_default"]
+    loop_products = {}
+    for name in ("model.onnx", "model.int8.onnx"):
+        loop = next(node for node in onnx.load(str(tmp_path / "export" / name)).graph.node if node.op_type == "Loop")
+        body = next(a.g for a in loop.attribute if a.name == "body")
+        loop_products[name] = sum(node.op_type in ("MatMul", "Gemm") for node in body.node)
+    assert entry["float32_products_in_loops"] == loop_products["model.int8.onnx"] == loop_products["model.onnx"] > 0
+    assert entry["int8_products"] > 0
+    assert f"{entry['float32_products_in_loops']} float32 in loops" in report.table()
+    assert 0 <= measured["finished"]["rows_identical"] <= 1
 
 
 def test_bad_quantize_and_precision_values_are_named(dense_export, tmp_path):

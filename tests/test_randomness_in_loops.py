@@ -154,11 +154,37 @@ class _Model:
 
 def test_sampling_draws_per_example_seeds_from_its_generator_before_the_loop():
     model, state = _Model(), [np.zeros((4, 1), "float32")]
-    first = ops.convert_to_numpy(sampling_search(model, state, 0, 5, 5, seed=3)["ids"])
-    np.testing.assert_array_equal(first, ops.convert_to_numpy(sampling_search(model, state, 0, 5, 5, seed=3)["ids"]))
+
+    def ids(seed):
+        return ops.convert_to_numpy(sampling_search(model, state, 0, 5, 5, seed=seed)["ids"])
+
+    first = ids(keras.random.SeedGenerator(3))
     rows = keras.random.randint((4,), 0, 2**31 - 1, dtype="int32", seed=keras.random.SeedGenerator(3))
-    np.testing.assert_array_equal(first, ops.convert_to_numpy(sampling_search(model, state, 0, 5, 5, seed=rows)["ids"]))
-    assert not np.array_equal(first, ops.convert_to_numpy(sampling_search(model, state, 0, 5, 5, seed=4)["ids"]))
+    np.testing.assert_array_equal(first, ids(rows))
+    assert not np.array_equal(first, ids(keras.random.SeedGenerator(4)))
+
+
+def test_one_integer_seed_gives_each_row_its_own_reproducible_stream():
+    # Issue 34 item 11: one seed for a batch used to give every row the same
+    # draws; row b now draws with row_seeds(seed, b), row 0 with the seed.
+    model, state = _Model(), [np.zeros((16, 1), "float32")]
+
+    def ids(seed, rows=16):
+        return ops.convert_to_numpy(sampling_search(model, [state[0][:rows]], 0, 5, 5, seed=seed)["ids"])
+
+    first = ids(3)
+    np.testing.assert_array_equal(first, ids(3))
+    assert len({row.tobytes() for row in first}) > 8  # identical rows, drawn apart
+    streams = ka.decoding.row_seeds(np.full(16, 3), np.arange(16))
+    np.testing.assert_array_equal(first, ids(streams))
+    np.testing.assert_array_equal(first[:1], ids(np.array([3], "int32"), rows=1))
+    # The formula, in int64: no two rows of one seed meet.
+    want = (3 + np.arange(16, dtype=np.int64) * 0x2545F491) % 2**31
+    np.testing.assert_array_equal(ops.convert_to_numpy(streams), want)
+    top = ops.convert_to_numpy(ka.decoding.row_seeds(np.array([2**31 - 1]), np.array([2**31 - 1])))
+    assert top[0] == (2**31 - 1 + (2**31 - 1) * 0x2545F491) % 2**31
+    with pytest.raises(ValueError, match=r"`seed` must be an integer seed from 0 to 2147483647; got -1"):
+        ids(-1)
 
 
 def test_a_sampling_decoder_in_a_compiled_predict_gives_new_samples_per_call():

@@ -406,14 +406,17 @@ def test_a_requests_sample_depends_on_its_seed_not_its_batch():
     np.testing.assert_array_equal(alone[0], together[1])
     other = ops.convert_to_numpy(decoder(memory, memory_mask=mask, options={"seed": [21, 22, 23]})["ids"])
     assert not np.array_equal(other, together)
-    # Left out, example b draws with seed + b: rows differ, and stay reproducible.
+    # Left out, or one seed for the batch, example b draws with row_seeds(seed, b):
+    # rows differ, and stay reproducible.
     repeated = np.repeat(memory[:1], 3, 0), np.repeat(mask[:1], 3, 0)
     by_default = ops.convert_to_numpy(decoder(repeated[0], memory_mask=repeated[1])["ids"])
     assert len({tuple(row) for row in by_default}) > 1
-    np.testing.assert_array_equal(
-        by_default,
-        ops.convert_to_numpy(decoder(repeated[0], memory_mask=repeated[1], options={"seed": [0, 1, 2]})["ids"]),
-    )
+    streams = ops.convert_to_numpy(ka.decoding.row_seeds(np.zeros(3), np.arange(3)))
+    for seed in ([0], 0, streams):
+        np.testing.assert_array_equal(
+            by_default,
+            ops.convert_to_numpy(decoder(repeated[0], memory_mask=repeated[1], options={"seed": seed})["ids"]),
+        )
 
 
 def ensemble_of(runtime_options, **options):

@@ -28,7 +28,7 @@ OPTIONS = {
         "no_repeat_ngram_size": [1, 2, 0],
     },
     "sample": {
-        "max_length": [8, 3, 5],
+        "max_length": [3, 8, 5],
         "min_length": [5, 2, 0],
         "temperature": [0.3, 2.0, 5.0],
         "top_k": [1, 2, 0],
@@ -298,3 +298,75 @@ def test_a_bad_prefix_is_refused_by_onnx_serving_the_saved_model_and_the_serve_c
         inputs = json.dumps({"source": sources().tolist(), "target_prefix": prefix.tolist(), **options})
         assert serve([str(directory), "--inputs", inputs, "--runs", "0"]) == 1
         assert capsys.readouterr().err.startswith("error: input `target_prefix` " + message)
+
+
+def test_one_seed_gives_each_row_its_own_stream_in_every_runtime(sample_export):
+    # Issue 34 item 11: one seed for the batch gave every row the same draws.
+    directory, model, decoder = sample_export
+    source = np.repeat(sources()[:1], 6, 0)
+    request = {"source": source, "seed": [3], "temperature": [5.0]}
+    want = keras_ids(model, decoder, request)
+    assert len({tuple(row) for row in want}) > 1
+    np.testing.assert_array_equal(keras_ids(model, decoder, request), want)  # reproducible
+    streams = np.asarray(ka.decoding.row_seeds(np.full(6, 3), np.arange(6)))
+    np.testing.assert_array_equal(keras_ids(model, decoder, {**request, "seed": streams}), want)
+    np.testing.assert_array_equal(run_onnx(directory, request)["outputs"]["ids"], want)
+    function = tf.saved_model.load(str(directory / "saved_model")).signatures["serving_default"]
+    feeds = {name: tf.zeros((0,), spec["dtype"]) for name, spec in decoder.option_specs().items()}
+    feeds.update(source=tf.constant(source), seed=tf.constant([3]), temperature=tf.constant([5.0]))
+    np.testing.assert_array_equal(function(**feeds)["ids"].numpy(), want)
+
+
+def test_a_sampling_decoder_seeded_in_its_constructor_only_exports(tmp_path):
+    # Issue 34 item 9: it failed ONNX export with StatelessRandomUniformIntV2.
+    # Exported, the constructor's seed is that seed for the batch (row b:
+    # row_seeds(seed, b)), as a run-time seed left out is.
+    model, _ = option_model("sample", names=(), seed=3)
+    source = np.repeat(sources()[:1], 4, 0)
+    report = export_model(model, tmp_path / "export", sample_inputs=[{"source": source}])
+    for format in ("saved_model", "onnx"):
+        assert report.max_abs_diff(format, "ids") == 0 and report.max_abs_diff(format, "lengths") == 0
+    served = run_onnx(tmp_path / "export", {"source": source})["outputs"]["ids"]
+    assert len({tuple(row) for row in served}) > 1
+    with_option, decoder = option_model("sample", names=("seed",), seed=3)
+    np.testing.assert_array_equal(served, keras_ids(with_option, decoder, {"source": source}))
+    # In Keras the decoder keeps its generator: new samples per call.
+    assert not np.array_equal(np.asarray(model(source)["ids"]), np.asarray(model(source)["ids"]))
+
+
+def test_an_exported_sampling_decoder_needs_an_integer_seed(tmp_path):
+    model, _ = option_model("sample", names=(), seed=None)
+    with pytest.raises(ValueError, match=r"an exported sampling decoder draws from its `seed`, which must be an "):
+        export_model(model, tmp_path / "export", formats=["saved_model"], sample_inputs=[{"source": sources()}])
+    assert not (tmp_path / "export").exists()
+
+
+def test_a_row_cut_by_a_run_time_max_length_is_served_as_unfinished(sample_export, capsys):
+    # Issue 34 item 13: padded with end ids, a cut row read as finished.
+    directory, model, decoder = sample_export
+    request = {"source": sources(), "max_length": [2], "seed": [3]}
+    feeds = {name: None for name in decoder.runtime_options}
+    feeds.update({k: np.asarray(v) for k, v in request.items()})
+    want = {name: np.asarray(value) for name, value in model(feeds).items()}
+    last = np.take_along_axis(want["ids"], np.maximum(want["lengths"] - 1, 0)[:, None], axis=1)[:, 0]
+    np.testing.assert_array_equal(want["finished"], (want["lengths"] > 0) & (last == 2))
+    assert not want["finished"].all() and (want["ids"][:, 2:] == 2).all()  # cut rows padded with end ids
+    served = run_onnx(directory, request)["outputs"]
+    np.testing.assert_array_equal(served["finished"], want["finished"])
+    assert served["finished"].dtype == bool
+    function = tf.saved_model.load(str(directory / "saved_model")).signatures["serving_default"]
+    saved = {name: tf.zeros((0,), spec["dtype"]) for name, spec in decoder.option_specs().items()}
+    saved.update({k: tf.constant(v) for k, v in request.items()})
+    np.testing.assert_array_equal(function(**saved)["finished"].numpy(), want["finished"])
+    # The serve command says it per translation, and in text mode on stderr.
+    inputs = json.dumps({"source": ["abc", "hgfed", "a"]})
+    argv = [str(directory), "--inputs", inputs, "--runs", "0", "--max-length", "2", "--seed", "3"]
+    flags = run_onnx(directory, {"source": ["abc", "hgfed", "a"], "max_length": 2, "seed": 3})["outputs"]["finished"]
+    assert serve([*argv, "--json"]) == 0
+    assert [row["finished"] for row in json.loads(capsys.readouterr().out)["translations"]] == flags.tolist()
+    assert serve(argv) == 0
+    note = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    cut = [i for i, flag in enumerate(flags) if not flag]
+    assert note == (
+        [f"note: rows {cut} were cut at max_length (no end token; output `finished` false)."] if cut else []
+    )

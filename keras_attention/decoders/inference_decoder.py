@@ -43,8 +43,11 @@ class InferenceDecoder(SearchDecoder):
     Shapes: memory `(B, Ts, dm)`, memory_mask `(B, Ts)` (filled from the
     memory's Keras mask), initial_state: the cell's states (default zeros;
     see the cell for which states a user may give). Returns a dict:
-    `ids (B, L)` int32, `scores (B,)`, `lengths (B,)`, `alignments (B, L, Ts)`
-    (with `return_alignments`); with `method="beam"` each gains a beam axis
+    `ids (B, L)` int32, `scores (B,)`, `lengths (B,)`, `finished (B,)` bool
+    (the hypothesis produced the end token: False for one cut at the
+    `max_length`, the constructor's or a request's, whose ids are padded with
+    end ids all the same), `alignments (B, L, Ts)` (with
+    `return_alignments`); with `method="beam"` each gains a beam axis
     after the batch (`(B, K, L)`, ...) and `log_probs (B, K)` is added, beams
     sorted best first; beams beyond the valid hypotheses (a vocabulary too
     small for the width) are empty: end tokens, length 0, score `-inf`.
@@ -120,12 +123,20 @@ class InferenceDecoder(SearchDecoder):
             (`beam_width`, `num_hypotheses` and `method` shape the loop and
             cannot). The call then takes `options={name: value}`: one value
             for every example or `(B,)` values, one per example; an option
-            left out (or empty) takes the constructor's value. Exported
+            left out (or empty) takes the constructor's value.
+            `Model.predict` slices every input by rows: pass it
+            `decoder.predict_inputs(inputs)`, the options written out per
+            example (what the direct call gives). Exported
             (`option_inputs()` gives the model inputs), each is an input of
             the SavedModel and ONNX signatures with that default, checked
             where it is fed. With a run-time `seed` the draws are a function
             of (seed, step, token): the same sample in Keras, SavedModel and
-            ONNX, whatever the rest of the batch.
+            ONNX; a seed per row whatever the rest of the batch, one seed for
+            the batch (or the constructor's, left out) drawing row `b` with
+            `keras_attention.decoding.row_seeds(seed, b)`, so rows differ.
+            A constructor `seed` alone seeds a generator in Keras (new
+            samples at each call); exported, the integer seed is used as one
+            seed for the batch (the same samples at each request).
 
     Example:
 

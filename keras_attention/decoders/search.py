@@ -13,6 +13,7 @@ import numpy as np
 from keras import ops
 
 from keras_attention import _checks
+from keras_attention.decoders.predict_inputs import expand_options
 from keras_attention.decoders.runtime_options import (
     RUNTIME_OPTIONS,
     broadcast_option,
@@ -27,6 +28,7 @@ from keras_attention.decoders.search_methods import METHODS, adopt_strategy, key
 from keras_attention.decoding import LENGTH_CONVENTIONS, strategies, tile_batch
 from keras_attention.decoding import processors as processors_package
 from keras_attention.decoding.constraints import check_top_p
+from keras_attention.decoding.hashed_random import decoder_seed, spread_seed
 
 __all__ = ["SearchDecoder", "noise_at"]
 
@@ -176,6 +178,12 @@ class SearchDecoder(keras.layers.Layer):
             for name in self.runtime_options
         }
 
+    def predict_inputs(self, inputs):
+        """`inputs` for `Model.predict` with every run-time option written out
+        per example (predict slices each input by rows, so one value for a
+        batch cannot go through it): see `predict_inputs.expand_options`."""
+        return expand_options(self, inputs)
+
     def _option_values(self, options, batch):
         """{run-time option: `(batch,)` tensor}, from the call's `options`
         (a value, `(1,)`, `(batch,)`, empty or None each) and the defaults."""
@@ -199,15 +207,13 @@ class SearchDecoder(keras.layers.Layer):
             if array is not None:  # checked now when known (an eager call); exports check their inputs
                 checked[name] = check_option_values(where, name, array, specs[name], known_batch)
         check_length_values(where, checked, specs)
-        defaults = self.option_defaults()
-        if "seed" in defaults:
-            # One seed per example by default, or every example would draw
-            # the same noise.
-            defaults["seed"] = defaults["seed"] + ops.arange(batch, dtype="int32")
-        return {
+        values = {
             name: broadcast_option(options.get(name), default, batch, RUNTIME_OPTIONS[name].dtype)
-            for name, default in defaults.items()
+            for name, default in self.option_defaults().items()
         }
+        if "seed" in values:  # one seed (or the default) for the batch: a stream per row
+            values["seed"] = spread_seed(options.get("seed"), values["seed"], batch)
+        return values
 
     def _check_prefix(self, target_prefix, max_length):
         """A forced prefix longer than its example's max_length, or holding
@@ -285,7 +291,7 @@ class SearchDecoder(keras.layers.Layer):
         strategy = strategy_of(self)
         runtime = {field.name: values[field.name] for field in strategy.runtime_fields if field.name in values}
         if self.seed_generator is not None and "seed" not in runtime:
-            runtime["seed"] = self.seed_generator  # the layer's, saved with it
+            runtime["seed"] = decoder_seed(self, self.seed, self.seed_generator)  # exported: the seed
         return strategy.search(step, initial_state, runtime, **common)
 
     def compute_mask(self, memory, previous_mask=None):
@@ -311,6 +317,7 @@ class SearchDecoder(keras.layers.Layer):
             "ids": keras.KerasTensor((*lead, self.max_length), dtype="int32"),
             "scores": keras.KerasTensor(lead, dtype="float32"),
             "lengths": keras.KerasTensor(lead, dtype="int32"),
+            "finished": keras.KerasTensor(lead, dtype="bool"),
         }
         if self.return_alignments:
             spec["alignments"] = keras.KerasTensor((*lead, self.max_length, source), dtype="float32")

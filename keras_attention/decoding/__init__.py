@@ -28,7 +28,7 @@ from keras_attention.decoding.beams import beam_rows, gather_beams, gather_tree,
 from keras_attention.decoding.constraints import constrained_step, relative_max_lengths, top_p_filter
 from keras_attention.decoding.diverse_beam import DiverseBeamSearch
 from keras_attention.decoding.greedy import greedy_search, sampling_search
-from keras_attention.decoding.hashed_random import hashed_uniform
+from keras_attention.decoding.hashed_random import hashed_uniform, row_seeds
 from keras_attention.decoding.min_p import MinPSampling
 from keras_attention.decoding.runtime_fields import RuntimeField
 from keras_attention.decoding.strategies import BeamSearch, GreedySearch, SamplingSearch, SearchStrategy, get
@@ -54,6 +54,7 @@ __all__ = [
     "gather_tree",
     "greedy_search",
     "hashed_uniform",
+    "row_seeds",
     "length_penalty",
     "relative_max_lengths",
     "reorder_beams",

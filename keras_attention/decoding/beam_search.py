@@ -119,7 +119,10 @@ def beam_search(
     Returns:
         A dict, beams sorted best first: `ids (batch, beam, max_length)`,
         `scores (batch, beam)` (the score above), `log_probs (batch, beam)`,
-        `lengths (batch, beam)` (the end token included) and, when the step
+        `lengths (batch, beam)` (the end token included), `finished (batch,
+        beam)` bool (whether the hypothesis produced `end_token`: False for
+        one cut at `max_length` or `length_limits`, or left running by early
+        stopping, and for an empty beam) and, when the step
         returns alignments and `return_alignments` is on,
         `alignments (batch, beam, max_length, source)`. When an example has
         fewer valid hypotheses than `beam_width` (e.g. vocabulary 7, width
@@ -260,7 +263,8 @@ def beam_search(
     lengths = ops.where(filler, 0, lengths)
     scores = ops.where(filler, float("-inf"), scores)
     log_probs = ops.where(filler, float("-inf"), log_probs)
-    result = {"ids": ids, "scores": scores, "log_probs": log_probs, "lengths": lengths}
+    finished = _loop.ended(ids, lengths, end_token)
+    result = {"ids": ids, "scores": scores, "log_probs": log_probs, "lengths": lengths, "finished": finished}
     if _loop.is_carried(beams["alignments"]):
         result["alignments"] = ops.where(ops.expand_dims(ops.expand_dims(filler, -1), -1), 0.0, beams["alignments"])
     if _loop.is_carried(beams["token_log_probs"]):

@@ -8,7 +8,7 @@ from keras_attention import _checks
 from keras_attention._reductions import first_max_index
 from keras_attention.decoding import _loop
 from keras_attention.decoding.constraints import check_top_p, top_p_filter
-from keras_attention.decoding.hashed_random import hashed_uniform
+from keras_attention.decoding.hashed_random import hashed_uniform, row_seeds
 
 __all__ = ["greedy_search", "sampling_search"]
 
@@ -84,7 +84,12 @@ def _single_path_search(
 
     loop_vars = (ops.convert_to_tensor(1, "int32"), token, state, *carried)
     _, _, _, _, scores, lengths, out_ids, alignments, token_log_probs = ops.while_loop(cond, body, loop_vars)
-    result = {"ids": out_ids, "scores": scores, "lengths": lengths}
+    result = {
+        "ids": out_ids,
+        "scores": scores,
+        "lengths": lengths,
+        "finished": _loop.ended(out_ids, lengths, end_token),
+    }
     if _loop.is_carried(alignments):
         result["alignments"] = alignments
     if _loop.is_carried(token_log_probs):
@@ -137,7 +142,10 @@ def greedy_search(
     Returns:
         A dict: `ids (batch, max_length)` int32; `scores (batch,)` the sum of
         the log-probabilities of the produced tokens; `lengths (batch,)` the
-        number of tokens produced, the end token included; and, when the step
+        number of tokens produced, the end token included; `finished
+        (batch,)` bool, whether the sequence produced `end_token` (False for
+        one cut at `max_length` or its `length_limits`, whose ids are padded
+        with `pad_token` all the same); and, when the step
         returns alignments and `return_alignments` is on,
         `alignments (batch, max_length, source_length)` (zero after the end).
     """
@@ -202,15 +210,18 @@ def sampling_search(
             per example, 0 keeps all).
         top_p: in (0, 1]; keep the smallest set of most likely tokens whose
             probability (after temperature and `top_k`) reaches it (1: all).
-        seed: an int or a `keras.random.SeedGenerator` (inside a compiled
-            function pass a SeedGenerator created outside it): one integer
-            seed per example is drawn from it before the loop; or a
-            `(batch,)` tensor of integer seeds >= 0, one per example. The
-            draws are `hashed_uniform(seed, step, token)`, a pure function
-            of the example's seed, identical in Keras, SavedModel and ONNX,
-            independent of the rest of the batch, and free of random state
-            inside the loop (a seed generator advanced there leaks tracers
-            on JAX and does not compile with XLA).
+        seed: a `(batch,)` tensor of integer seeds >= 0, one per example;
+            or one integer for the batch, example `b` then drawing with
+            `row_seeds(seed, b)` (the seed itself for row 0; rows differ,
+            and the same call gives the same samples); or a
+            `keras.random.SeedGenerator` (or None: a fresh one), from which
+            one seed per example is drawn before the loop, new at each call
+            (inside a compiled function pass a SeedGenerator created
+            outside it; its random op does not export to ONNX). The draws
+            are `hashed_uniform(seed, step, token)`, a pure function of the
+            example's seed, identical in Keras, SavedModel and ONNX, and
+            free of random state inside the loop (a seed generator advanced
+            there leaks tracers on JAX and does not compile with XLA).
 
     Returns:
         As `greedy_search`.
@@ -221,12 +232,16 @@ def sampling_search(
     )
     top_k = _loop.option_rows(top_k, "int32", lambda v: _checks.check_positive_int(owner, "top_k", v, allow_none=True))
     top_p = _loop.option_rows(top_p, "float32", lambda v: check_top_p(owner, v))
-    if _loop.is_rows(seed) and not isinstance(seed, keras.random.SeedGenerator):
+    batch = _loop.batch_size_of(start_tokens, initial_state)
+    if isinstance(seed, keras.random.SeedGenerator) or seed is None:
+        generator = seed if isinstance(seed, keras.random.SeedGenerator) else keras.random.SeedGenerator(seed)
+        seed = keras.random.randint((batch,), 0, 2**31 - 1, dtype="int32", seed=generator)
+    elif _loop.is_rows(seed):
         seed = _loop.option_rows(seed, "int32", None)
     else:
-        generator = seed if isinstance(seed, keras.random.SeedGenerator) else keras.random.SeedGenerator(seed)
-        batch = _loop.batch_size_of(start_tokens, initial_state)
-        seed = keras.random.randint((batch,), 0, 2**31 - 1, dtype="int32", seed=generator)
+        # No random op: an integer seed exports (ONNX has none of TensorFlow's).
+        seed = _checks.check_int(owner, "seed", seed, 0, "an integer seed", maximum=2**31 - 1)
+        seed = row_seeds(ops.full((batch,), seed, "int32"), ops.arange(batch, dtype="int32"))
     tiny = float(np.finfo("float32").tiny)
     # A temperature under float32's smallest normal number would flush to a
     # subnormal or to zero in float32: at that temperature sampling is argmax

@@ -13,11 +13,23 @@ Everything is int32 with no intermediate at or above 2**31: JAX has no int64
 unless x64 is enabled, and a wrapped signed overflow is not defined
 everywhere. Products of 31-bit values go through 11-bit limbs (`_mulmod`);
 the result is the same function as 31-bit modular arithmetic in int64.
+
+One seed for several rows gives each row its own stream: row `b` draws with
+`row_seeds(seed, b) = (seed + b * 0x2545F491) mod 2**31` (row 0 with the
+seed itself), so one seed for a batch does not repeat one sample per row.
+Exports trace under `fixed_draws()`: a decoder's constructor seed is then
+used as that seed for the batch, not a stateful generator's draw (a random op
+ONNX cannot express, whose state a served graph could not advance anyway).
 """
+
+import contextlib
+import threading
 
 from keras import ops
 
-__all__ = ["hashed_uniform"]
+from keras_attention import _checks
+
+__all__ = ["decoder_seed", "fixed_draws", "hashed_uniform", "row_seeds", "spread_seed"]
 
 # Values live in [0, 2**31).
 _MODULUS = 2**31
@@ -25,6 +37,8 @@ _HALF = 2**16
 _LIMB = 2**11
 _KEY = (0x42B2AE35, 0x05EBCA6B)  # odd constants of the 32-bit hash finalisers, cut to 31 bits
 _STEP = 0x1E3779B9  # spreads consecutive steps and tokens apart before mixing
+_ROW = 0x2545F491  # spreads the rows that share one seed apart (odd: no two rows of 2**31 meet)
+_FIXED = threading.local()
 
 
 def _limbs(x):
@@ -97,3 +111,62 @@ def hashed_uniform(seeds, time, vocabulary):
     cell = _mix(_addmod(ops.expand_dims(row, 1), ops.expand_dims(_mulmod(tokens + 1, _STEP), 0)))
     bits = ops.floor_divide(cell, 256)  # 23 bits
     return (ops.cast(bits, "float32") + 0.5) / float(2**23)
+
+
+def row_seeds(seeds, rows):
+    """The seed row `rows` draws with when `seeds` was given for a batch:
+    `(seeds + rows * 0x2545F491) mod 2**31`, int32 (row 0: the seed itself).
+
+    Example:
+
+    ```python
+    keras_attention.decoding.row_seeds(np.array([3, 3, 3]), np.arange(3))
+    # [3, 625341588, 1250683173]
+    ```
+    """
+    return _addmod(ops.cast(seeds, "int32"), _mulmod(ops.cast(rows, "int32"), _ROW))
+
+
+def spread_seed(value, seeds, batch):
+    """`(batch,)` seeds for a request's `seed` option: `seeds` are its value
+    broadcast to the batch (`broadcast_option`), `value` what the request
+    gave (None, `()`, `(0,)`, `(1,)` or `(batch,)`). Given per row, each row
+    keeps its own seed (its sample depends on it alone); one seed for the
+    batch, or none (the default), gives row `b` `row_seeds(seed, b)`."""
+    count = 0 if value is None else ops.size(ops.reshape(value, (-1,)))
+    rows = ops.arange(batch, dtype="int32")
+    return row_seeds(seeds, ops.where(ops.less_equal(count, 1), rows, 0))
+
+
+@contextlib.contextmanager
+def fixed_draws():
+    """Within it (an export's tracing and its parity check), `decoder_seed`
+    gives a sampling decoder's constructor seed instead of its generator.
+
+    Example:
+
+    ```python
+    with keras_attention.decoding.hashed_random.fixed_draws():
+        pass  # decoders traced here draw from their integer seed
+    ```
+    """
+    previous = getattr(_FIXED, "on", False)
+    _FIXED.on = True
+    try:
+        yield
+    finally:
+        _FIXED.on = previous
+
+
+def decoder_seed(owner, seed, generator):
+    """What a decoder built with `seed` passes its sampling search when the
+    request sets no seed: its `generator` (new draws per call), or, under
+    `fixed_draws()`, the integer `seed` itself (each row `row_seeds(seed, b)`)."""
+    if not getattr(_FIXED, "on", False):
+        return generator
+    if not _checks.is_int(seed):
+        raise ValueError(
+            f"{_checks.owner_name(owner)}: an exported sampling decoder draws from its `seed`, which must be "
+            f"an integer (or make `seed` a run-time option); got seed={seed!r}."
+        )
+    return seed

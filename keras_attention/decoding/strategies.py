@@ -146,7 +146,7 @@ class SamplingSearch(SearchStrategy):
             "int32",
             0,
             maximum=2**31 - 1,
-            meaning="the draws are a function of (seed, step, token); left out, example b uses seed + b",
+            meaning="the draws are a function of (seed, step, token); one for the batch, row b uses row_seeds(seed, b)",
         ),
     )
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import keras
 
+from keras_attention.decoding.hashed_random import fixed_draws
 from keras_attention.export import formats as registry
 from keras_attention.export.context import ExportContext
 from keras_attention.export.directories import _check_target, _put_in_place, _remove_created
@@ -227,7 +228,8 @@ def export_model(
             report=report,
             batches_function=batches_function(sample_inputs, vocabulary, shapes, seed),
         )
-        _write_and_verify(context, formats)
+        with fixed_draws():  # a sampling decoder's constructor seed, not its generator's random op
+            _write_and_verify(context, formats)
         if vocabulary is not None:
             (staging / VOCABULARY_FILE).write_text(vocabulary_json(vocabulary), encoding="utf-8")
             report.paths["vocabulary"] = str(directory / VOCABULARY_FILE)

@@ -45,7 +45,9 @@ class ExportReport:
     signature, format and output; `batches`: the input shapes verified;
     `timings_s`: seconds per stage; `notes`: silent changes such as the float32
     copy of a mixed-precision model; `quantized` (with `quantize="int8"`):
-    {signature: {"precision", "path", "bytes", "float32_bytes", "outputs":
+    {signature: {"precision", "path", "bytes", "float32_bytes",
+    "int8_products", "float32_products_in_loops" (what int8 covers: its
+    quantized products, and the float32 ones left in a decode loop), "outputs":
     {output: {"max_abs_diff"} for floats, {"rows_identical"} (the share of
     examples whose output is identical to Keras's) for integers}}}.
     """
@@ -121,7 +123,8 @@ class ExportReport:
             )
             lines.append(
                 f"{entry['precision']} {name}: {entry['bytes'] / 1e6:.2f} MB "
-                f"(float32 {entry['float32_bytes'] / 1e6:.2f} MB)"
+                f"(float32 {entry['float32_bytes'] / 1e6:.2f} MB); {entry.get('int8_products', '?')} int8 products, "
+                f"{entry.get('float32_products_in_loops', '?')} float32 in loops"
                 + (f"; against Keras: {measured}" if measured else "")
             )
         return "\n".join(lines)

@@ -16,8 +16,10 @@ value outside its bounds, is an error naming it.
 
 By default a model that outputs `ids` (with a `vocabulary.json` in OUT_DIR)
 prints its translations, one per input line (the best beam of a beam
-search); with --json, one JSON document {"translations": [{"text", "score"}],
-"latency_ms"}. A model without ids prints its outputs. --all-outputs prints
+search); with --json, one JSON document {"translations": [{"text", "score",
+"finished"}], "latency_ms"} ("finished" false: the text was cut at
+max_length, not ended; in text mode a `note:` line on stderr names those
+rows). A model without ids prints its outputs. --all-outputs prints
 every output tensor as well (alignments and scores included). The outputs
 come from one run; then the same inputs run --warmup times untimed and
 --runs times timed, and the latency percentiles go to stderr in text mode
@@ -144,19 +146,20 @@ def _read_texts(path):
 
 
 def _translations(result):
-    """[{"text", "score"}] per input row, from the detokenised `ids` (the best
-    beam of a beam search) and the `scores` output; None without text."""
+    """[{"text", "score", "finished"}] per input row, from the detokenised
+    `ids` (the best beam of a beam search) and the `scores` and `finished`
+    outputs (each left out when the model lacks it); None without text."""
     texts = result["text"].get("ids")
     if texts is None:
         return None
-    scores = result["outputs"].get("scores")
     rows = []
     for index, text in enumerate(texts):
         beam = not isinstance(text, str)
         row = {"text": text[0] if beam else text}
-        if scores is not None:
-            score = scores[index][0] if beam else scores[index]
-            row["score"] = float(score)
+        for name, kind in (("score", float), ("finished", bool)):
+            values = result["outputs"].get("scores" if name == "score" else name)
+            if values is not None:
+                row[name] = kind(values[index][0] if beam else values[index])
         rows.append(row)
     return rows
 
@@ -229,6 +232,9 @@ def main(argv=None):
     if rows is not None:
         for row in rows:
             print(row["text"])
+        cut = [index for index, row in enumerate(rows) if row.get("finished") is False]
+        if cut:  # padded with end ids, a cut text reads as finished: say which
+            print(f"note: rows {cut} were cut at max_length (no end token; output `finished` false).", file=sys.stderr)
     if show_tensors:
         _print_tensors(result["outputs"])
     if latency is not None:
