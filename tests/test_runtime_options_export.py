@@ -29,7 +29,7 @@ OPTIONS = {
     },
     "sample": {
         "max_length": [3, 8, 5],
-        "min_length": [5, 2, 0],
+        "min_length": [2, 5, 0],
         "temperature": [0.3, 2.0, 5.0],
         "top_k": [1, 2, 0],
         "top_p": [0.2, 0.5, 1.0],
