@@ -3,6 +3,7 @@ run-time option and n-best; an ensemble with an LSTM model; export with the loop
 
 import keras
 import numpy as np
+import onnxruntime
 import pytest
 from keras import ops
 
@@ -229,3 +230,64 @@ def test_bad_arguments_name_themselves(transformer):
     decoder = transformer.decoder()
     with pytest.raises(ValueError, match=r"`initial_state` must be None"):
         decoder(transformer.encode(SOURCE), initial_state=[np.zeros((3, 4))])
+
+
+def _drive(encode_fn, step_fn, source):
+    """Greedy decoding in Python over the step-wise halves, the caches fed back."""
+    state = encode_fn(source)
+    ids = np.full((len(source),), START, np.int32)
+    out_ids = np.full((len(source), MAX_LENGTH), END, np.int32)
+    finished = np.zeros(len(source), bool)
+    for t in range(MAX_LENGTH):
+        out = step_fn({"ids": ids, "time": np.full((len(source),), t, np.int32), **state})
+        token = np.where(finished, END, out["logits"].argmax(-1)).astype(np.int32)
+        out_ids[:, t], ids = token, token
+        finished |= token == END
+        state.update({k[len("next_") :]: v for k, v in out.items() if k.startswith("next_cache_")})
+    return out_ids
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="export runs on TensorFlow")
+def test_stepwise_models_with_the_caches_as_inputs_decode_what_the_search_decodes(transformer, tmp_path):
+    decoder = transformer.decoder(return_alignments=False)
+    want = ops.convert_to_numpy(decoder(transformer.encode(SOURCE))["ids"])
+    encode, step = ka.transformer_stepwise_models(decoder, transformer.source, transformer.memory)
+    assert {name for name in step.input if name.startswith("cache_")} == {
+        f"cache_{kind}_{i}" for kind in ("key", "value") for i in range(2)
+    }
+    keras_ids = _drive(
+        lambda s: {k: np.asarray(v) for k, v in encode.predict(s, verbose=0).items()},
+        lambda feeds: {k: np.asarray(v) for k, v in step.predict(feeds, verbose=0).items()},
+        SOURCE,
+    )
+    np.testing.assert_array_equal(keras_ids, want)
+    first = {k: np.asarray(v) for k, v in encode.predict(SOURCE, verbose=0).items()}
+    step_feeds = {"ids": np.full((len(SOURCE),), START, np.int32), "time": np.zeros(len(SOURCE), np.int32), **first}
+    samples = {"encode": [{"source": SOURCE}], "step": [step_feeds]}
+    report = export_model({"encode": encode, "step": step}, tmp_path / "export", sample_inputs=samples)
+    assert report.ok and {(r.signature, r.format) for r in report.parity} == {
+        (name, fmt) for name in ("encode", "step") for fmt in ("saved_model", "onnx")
+    }
+    sessions = {
+        name: onnxruntime.InferenceSession(
+            str(tmp_path / "export" / f"{name}.onnx"), providers=["CPUExecutionProvider"]
+        )
+        for name in ("encode", "step")
+    }
+
+    def run(name, feeds):
+        session = sessions[name]
+        names = [o.name for o in session.get_outputs()]
+        return dict(zip(names, session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})))
+
+    np.testing.assert_array_equal(
+        _drive(lambda s: run("encode", {"source": s}), lambda f: run("step", f), SOURCE), want
+    )
+
+
+def test_stepwise_models_refuse_what_is_not_a_built_transformer_decoder(transformer):
+    with pytest.raises(ValueError, match=r"`decoder` must be a TransformerInferenceDecoder"):
+        ka.transformer_stepwise_models(keras.layers.Dense(3), transformer.source, transformer.memory)
+    fresh = Transformer(seed=5).decoder()
+    with pytest.raises(ValueError, match=r"is not built: call it on the memory first"):
+        ka.transformer_stepwise_models(fresh, transformer.source, transformer.memory)

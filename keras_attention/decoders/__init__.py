@@ -9,7 +9,9 @@ same cell inside the graph (greedy, sampling or beam search, from
 several trained decoders, averaging their predictions; `stepwise_models`
 splits an `InferenceDecoder` into `encode` and `step` models for a decoding
 loop driven from outside; `TransformerInferenceDecoder` runs the same searches
-over a Transformer decoder stack with a key/value cache per layer.
+over a Transformer decoder stack with a key/value cache per layer, and
+`transformer_stepwise_models` splits it into `encode` and `step` models with
+the caches as explicit inputs and outputs.
 """
 
 from keras_attention.decoders.attention_decoder import AttentionDecoder
@@ -18,6 +20,7 @@ from keras_attention.decoders.inference_decoder import InferenceDecoder
 from keras_attention.decoders.scheduled_sampling import ScheduledSamplingDecoder
 from keras_attention.decoders.stepwise import stepwise_models
 from keras_attention.decoders.transformer_inference import TransformerInferenceDecoder
+from keras_attention.decoders.transformer_stepwise import transformer_stepwise_models
 
 __all__ = [
     "AttentionDecoder",
@@ -26,4 +29,5 @@ __all__ = [
     "ScheduledSamplingDecoder",
     "TransformerInferenceDecoder",
     "stepwise_models",
+    "transformer_stepwise_models",
 ]
