@@ -127,6 +127,7 @@ class TransformerDecoderLayer(TransformerBlock):
         of the positions before it: `(y (N, 1, d), new cache, weights)`."""
         attention = self.self_attention
         key_cache, value_cache = cache
+        x = ops.cast(ops.convert_to_tensor(x), self.compute_dtype)  # a method, not `__call__`: nothing converted it
 
         def self_sublayer(h):
             query = self._rotate(attention.project_query(h), time)
