@@ -208,7 +208,9 @@ def test_bad_members_and_memories_are_named():
     (one,) = randomized([member(0, ka.AdditiveAttention(3))], memory)
     with pytest.raises(ValueError, match=r"`members` must be a non-empty list of InferenceDecoders; got \[\]"):
         ka.EnsembleDecoder([])
-    with pytest.raises(ValueError, match=r"`members\[1\]` must be an InferenceDecoder; got <Dense"):
+    with pytest.raises(
+        ValueError, match=r"`members\[1\]` must be an InferenceDecoder or a TransformerInferenceDecoder; got <Dense"
+    ):
         ka.EnsembleDecoder([one, keras.layers.Dense(3)])
     with pytest.raises(
         ValueError, match=r"unknown `combine` 'max'; expected one of 'probabilities', 'log_probabilities'"

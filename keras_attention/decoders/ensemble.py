@@ -15,8 +15,16 @@ COMBINATIONS = ("probabilities", "log_probabilities")
 
 
 def _member(owner, index, member):
+    # A member is an InferenceDecoder (a cell) or a decoder of the search
+    # that prepares its own memory and states (`prepare_search`: the
+    # Transformer's, with its caches).
+    def accepts(given):
+        return isinstance(given, InferenceDecoder) or (
+            isinstance(given, SearchDecoder) and callable(getattr(given, "prepare_search", None))
+        )
+
     return _checks.resolve_layer(
-        owner, f"members[{index}]", member, lambda given: isinstance(given, InferenceDecoder), "an InferenceDecoder"
+        owner, f"members[{index}]", member, accepts, "an InferenceDecoder or a TransformerInferenceDecoder"
     )
 
 
@@ -32,7 +40,8 @@ class EnsembleDecoder(SearchDecoder):
     """Decode with several trained models at once: one search, each step averaging their predictions.
 
     Each member is an `InferenceDecoder` (its cell, embedding and output
-    layer; its own search options are not used) that reads its own memory of
+    layer; its own search options are not used) or a
+    `TransformerInferenceDecoder` (its stack and caches) that reads its own memory of
     the same source. At every step each member `m` gives the next-token
     log-probabilities `log p_m(y | y_<t, x)` from its own state, the search
     ranks tokens by their combination
@@ -60,7 +69,8 @@ class EnsembleDecoder(SearchDecoder):
     members' mean.
 
     Args:
-        members: a list of `InferenceDecoder`s over one target vocabulary.
+        members: a list of `InferenceDecoder`s (or `TransformerInferenceDecoder`s)
+            over one target vocabulary.
         combine: "probabilities" (the mean of the members' probabilities) or
             "log_probabilities" (their geometric mean).
         start_token: default: the first member's.
@@ -170,9 +180,13 @@ class EnsembleDecoder(SearchDecoder):
         batch = ops.shape(memories[0])[0]
         prepared, states = [], []
         for member, memory, state in zip(self.members, memories, initial_state):
-            member_memory = member.cell.prepare_memory(memory, memory_mask, owner=self)
+            if isinstance(member, InferenceDecoder):
+                member_memory = member.cell.prepare_memory(memory, memory_mask, owner=self)
+                member_states = member.cell.initial_state_for(member_memory, batch, state)
+            else:
+                member_memory, member_states = member.prepare_search(memory, memory_mask, state)
             prepared.append(member_memory)
-            states.append(member.cell.initial_state_for(member_memory, batch, state))
+            states.append(member_states)
         return self.search(prepared, states, memories[0], memory_mask, allowed_tokens, target_prefix, options)
 
     def compute_output_spec(

@@ -11,8 +11,13 @@ from keras_attention.layers.monotonic import BahdanauMonotonicAttention, LuongMo
 from keras_attention.layers.multi_head import MultiHeadAttention
 from keras_attention.layers.pointer import PointerAttention
 from keras_attention.layers.pooling import AttentionPooling
+from keras_attention.layers.positional_learned import LearnedPositionEmbedding
+from keras_attention.layers.positional_rotary import RotaryPositionEmbedding
+from keras_attention.layers.positional_sinusoidal import SinusoidalPositionEncoding
 from keras_attention.layers.self_attention import SelfAttention
 from keras_attention.layers.targeted import TargetedAttention
+from keras_attention.layers.transformer_decoder import TransformerDecoderLayer, TransformerDecoderStack
+from keras_attention.layers.transformer_encoder import TransformerEncoderLayer, TransformerEncoderStack
 
 __all__ = [
     "AdditiveAttention",
@@ -24,10 +29,17 @@ __all__ = [
     "DotAttention",
     "GeneralAttention",
     "HardAttention",
+    "LearnedPositionEmbedding",
     "LuongMonotonicAttention",
     "MultiHeadAttention",
     "PointerAttention",
+    "RotaryPositionEmbedding",
     "ScaledDotAttention",
     "SelfAttention",
+    "SinusoidalPositionEncoding",
     "TargetedAttention",
+    "TransformerDecoderLayer",
+    "TransformerDecoderStack",
+    "TransformerEncoderLayer",
+    "TransformerEncoderStack",
 ]
