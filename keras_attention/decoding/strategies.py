@@ -9,18 +9,18 @@ its search over a step of the protocol `step(ids, state, time)`:
 strategy is a subclass with the `register` decorator.
 """
 
-import keras
-
 from keras_attention import _checks
 from keras_attention.decoding.beam_search import beam_search
 from keras_attention.decoding.beam_steps import LENGTH_CONVENTIONS
 from keras_attention.decoding.constraints import check_top_p
 from keras_attention.decoding.greedy import greedy_search, sampling_search
+from keras_attention.decoding.registry import NamedRegistry
 from keras_attention.decoding.runtime_fields import RuntimeField
 
 __all__ = ["BeamSearch", "GreedySearch", "SamplingSearch", "SearchStrategy", "get", "register", "registered"]
 
-_REGISTRY = {}
+_NAMES = NamedRegistry("search strategy", "strategy", lambda: SearchStrategy)
+
 
 # Every search reads the run-time max_length (its `length_limits`).
 LOOP_FIELDS = (
@@ -36,18 +36,12 @@ LOOP_FIELDS = (
 
 def register(name):
     """Class decorator: `name` finds the strategy (`get(name)`), which Keras serializes too."""
-
-    def decorate(cls):
-        cls.registered_name = name
-        _REGISTRY[name] = keras.saving.register_keras_serializable(package="keras_attention")(cls)
-        return cls
-
-    return decorate
+    return _NAMES.register(name)
 
 
 def registered():
     """{name: strategy class}, in registration order."""
-    return dict(_REGISTRY)
+    return _NAMES.registered()
 
 
 def get(identifier):
@@ -62,15 +56,7 @@ def get(identifier):
     # 4
     ```
     """
-    if isinstance(identifier, SearchStrategy):
-        return identifier
-    if isinstance(identifier, str) and identifier in _REGISTRY:
-        return _REGISTRY[identifier]()
-    if isinstance(identifier, dict):
-        return keras.saving.deserialize_keras_object(identifier)
-    raise ValueError(
-        f"decoding: a search strategy must be one of {list(_REGISTRY)}, its config or a strategy; got {identifier!r}."
-    )
+    return _NAMES.get(identifier)
 
 
 class SearchStrategy:

@@ -14,25 +14,21 @@ new one is a subclass with the `register` decorator.
 
 import keras
 
+from keras_attention.decoding.registry import NamedRegistry
+
 __all__ = ["LogitsProcessor", "Step", "get", "register", "registered"]
 
-_REGISTRY = {}
+_NAMES = NamedRegistry("logits processor", "processor", lambda: LogitsProcessor, order=lambda cls: cls.order)
 
 
 def register(name):
     """Class decorator: `name` finds the processor (`get(name)`), which Keras serializes too."""
-
-    def decorate(cls):
-        cls.registered_name = name
-        _REGISTRY[name] = keras.saving.register_keras_serializable(package="keras_attention")(cls)
-        return cls
-
-    return decorate
+    return _NAMES.register(name)
 
 
 def registered():
     """{name: processor class}, in the order they compose (`order`)."""
-    return dict(sorted(_REGISTRY.items(), key=lambda item: item[1].order))
+    return _NAMES.registered()
 
 
 def get(identifier):
@@ -47,18 +43,7 @@ def get(identifier):
     # 0
     ```
     """
-    if isinstance(identifier, LogitsProcessor):
-        return identifier
-    if isinstance(identifier, str) and identifier in _REGISTRY:
-        return _REGISTRY[identifier]()
-    if isinstance(identifier, dict):
-        processor = keras.saving.deserialize_keras_object(identifier)
-        if isinstance(processor, LogitsProcessor):
-            return processor
-    raise ValueError(
-        f"decoding: a logits processor must be one of {list(_REGISTRY)}, its config or a processor; "
-        f"got {identifier!r:.120}."
-    )
+    return _NAMES.get(identifier)
 
 
 class Step:
