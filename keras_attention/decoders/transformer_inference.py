@@ -53,7 +53,9 @@ class TransformerInferenceDecoder(SearchDecoder):
         stack: a `TransformerDecoderStack`.
         embedding: layer mapping ids `(N, 1)` to `(N, 1, d)`.
         output_layer: layer mapping `(N, 1, d)` to logits `(N, 1, V)`.
-        start_token, end_token, max_length: as in `InferenceDecoder`.
+        start_token: the id fed at the first step, as in `InferenceDecoder`.
+        end_token: the id that ends a hypothesis.
+        max_length: the most tokens, the end token included.
         position: a layer adding position encodings with a `start` argument
             (`SinusoidalPositionEncoding`, `LearnedPositionEmbedding`), or
             None (a stack with `use_rotary`, or no positions).

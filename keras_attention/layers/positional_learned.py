@@ -27,7 +27,8 @@ class LearnedPositionEmbedding(keras.layers.Layer):
 
     Args:
         max_length: the number of positions embedded.
-        embeddings_initializer, embeddings_regularizer: for `P`.
+        embeddings_initializer: the initializer of `P`.
+        embeddings_regularizer: the regularizer of `P`.
 
     Example:
 

@@ -36,13 +36,17 @@ class TransformerEncoderLayer(TransformerBlock):
         num_heads: attention heads `H`.
         intermediate_dim: the feed-forward network's hidden size.
         key_dim: each head's size (default `d / H`).
-        dropout, attention_dropout, activation_dropout: see above.
+        dropout: the residual dropout rate (see above).
+        attention_dropout: the attention weights' dropout rate.
+        activation_dropout: the feed-forward hidden layer's dropout rate.
         activation: the feed-forward activation ("relu" in the paper).
         norm_first: pre-norm (True) or post-norm (False).
         layer_norm_epsilon: the layer normalisations' epsilon.
-        use_rotary, rotary_max_wavelength: rotary position embedding of the
-            queries and keys (Su et al. 2021, arXiv:2104.09864).
-        kernel_initializer, bias_initializer: of every projection.
+        use_rotary: rotary position embedding of the queries and keys
+            (Su et al. 2021, arXiv:2104.09864).
+        rotary_max_wavelength: the base of the rotary angles (10000 in the paper).
+        kernel_initializer: of every projection's kernel.
+        bias_initializer: of every projection's bias.
         seed: seed of the dropouts.
 
     Example:
