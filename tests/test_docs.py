@@ -158,6 +158,10 @@ def test_every_mechanism_has_its_section_and_every_decoder_its_row():
     layers_page = (ROOT / "docs" / "layers.md").read_text()
     headings = "\n".join(re.findall(r"^### .*$", layers_page, re.M))
     mechanisms = set(keras_attention.layers.__all__) - {"AttentionLayer", "BaseAttention"}
+    # The Transformer's layers and positions have their own page, a row or an item each.
+    transformer_page = (ROOT / "docs" / "transformer.md").read_text()
+    listed = "\n".join(re.findall(r"^(?:\| |- )`.*$", transformer_page, re.M))
+    headings += "\n" + "\n".join(f"`{name}(" for name in re.findall(r"`(\w+)[`(]", listed))
     assert {name for name in mechanisms if name not in headings and f"`{name}(" not in headings} <= {
         "BahdanauMonotonicAttention",
         "LuongMonotonicAttention",  # one section, "Monotonic attention", holds both
