@@ -7,6 +7,9 @@ check runs on each Keras backend installed there, one process each:
   over an `LSTMCell` with `AdditiveAttention`, `AttentionDecoder`) on a copy
   task (compiled on JAX, eager on PyTorch), in float32, mixed_bfloat16 and mixed_float16: milliseconds
   a step, and the loss finite and falling in each;
+- a pre-norm Transformer encoder-decoder's training step (3+3 layers, d 256,
+  4 heads, batch 64: issue 33's comparison size), compiled on JAX, in the
+  same three policies: milliseconds a step, the loss finite and falling;
 - `MultiHeadAttention` forward + backward on its fused path
   (`ops.dot_product_attention`) against its explicit path (einsum and
   masked softmax), bfloat16: milliseconds and the largest difference of
@@ -34,8 +37,25 @@ import traceback
 import numpy as np
 
 BACKENDS = ("jax", "torch")
-FULL = {"batch": 256, "length": 32, "vocabulary": 64, "units": 256, "steps": 40, "mha": (32, 1024, 512, 8)}
-QUICK = {"batch": 16, "length": 8, "vocabulary": 16, "units": 16, "steps": 6, "mha": (2, 32, 32, 4)}
+FULL = {
+    "batch": 256,
+    "length": 32,
+    "vocabulary": 64,
+    "units": 256,
+    "steps": 40,
+    "mha": (32, 1024, 512, 8),
+    # issue 33's comparison size: d 256, 4 heads, FFN 1024, 3+3 layers, batch 64, length 32
+    "transformer": {"batch": 64, "width": 256, "heads": 4, "ffn": 1024, "layers": 3},
+}
+QUICK = {
+    "batch": 16,
+    "length": 8,
+    "vocabulary": 16,
+    "units": 16,
+    "steps": 6,
+    "mha": (2, 32, 32, 4),
+    "transformer": {"batch": 8, "width": 16, "heads": 2, "ffn": 32, "layers": 1},
+}
 
 
 def _median_ms(function, repeats):
@@ -140,6 +160,59 @@ def decoder_steps(cfg):
     return results
 
 
+def _transformer_step(cfg, policy, source, target_in, target_out):
+    import keras
+
+    import keras_attention as ka
+
+    size, v = cfg["transformer"], cfg["vocabulary"]
+    keras.config.set_dtype_policy(policy)
+    try:
+        keras.utils.set_random_seed(0)
+        source_ids = keras.Input((None,), dtype="int32")
+        target_ids = keras.Input((None,), dtype="int32")
+        stack = {"num_heads": size["heads"], "intermediate_dim": size["ffn"], "norm_first": True}
+        position = ka.SinusoidalPositionEncoding()
+        memory = keras.layers.Embedding(v, size["width"], mask_zero=True)(source_ids)
+        memory = ka.TransformerEncoderStack(size["layers"], **stack)(position(memory))
+        target = position(keras.layers.Embedding(v, size["width"])(target_ids))
+        hidden = ka.TransformerDecoderStack(size["layers"], **stack)(target, memory)
+        model = keras.Model([source_ids, target_ids], keras.layers.Dense(v, dtype="float32")(hidden))
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=_compiled(),
+        )
+        batch = slice(0, size["batch"])
+        inputs, labels = [source[batch], target_in[batch]], target_out[batch]
+        losses = [float(model.train_on_batch(inputs, labels))]
+        start = time.perf_counter()
+        for _ in range(cfg["steps"]):
+            losses.append(float(model.train_on_batch(inputs, labels)))
+        step_ms = 1000 * (time.perf_counter() - start) / cfg["steps"]
+    finally:
+        keras.config.set_dtype_policy("float32")
+    return {
+        "step_ms": round(step_ms, 2),
+        "parameters": model.count_params(),
+        "first_loss": round(losses[0], 4),
+        "last_loss": round(losses[-1], 4),
+        "ok": bool(np.all(np.isfinite(losses)) and losses[-1] < losses[0]),
+    }
+
+
+def transformer_steps(cfg):
+    """{policy: {"step_ms", "first_loss", "last_loss"}} for a pre-norm Transformer encoder-decoder."""
+    source, target_in, target_out = _copy_task(cfg)
+    results = {}
+    for policy in ("float32", "mixed_bfloat16", "mixed_float16"):
+        try:
+            results[policy] = _transformer_step(cfg, policy, source, target_in, target_out)
+        except Exception as error:
+            results[policy] = {"ok": False, "error": _describe(error)}
+    return results
+
+
 def attention_paths(cfg, repeats):
     """MultiHeadAttention's fused path against its explicit path, bfloat16, forward + backward."""
     import keras
@@ -213,6 +286,7 @@ def worker(backend, quick):
     result = {"backend": backend, "keras": keras.__version__, "device": _device_name(backend)}
     checks = {
         "decoder_training_step": lambda: decoder_steps(cfg),
+        "transformer_training_step": lambda: transformer_steps(cfg),
         "multi_head_attention_paths": lambda: attention_paths(cfg, 3 if quick else 10),
         "flash_attention": lambda: flash_attention(cfg),
     }
