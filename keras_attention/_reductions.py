@@ -36,7 +36,15 @@ def max_along(x, axis, floor):
     """`max(x, axis, keepdims=True)`, and `floor` for an empty axis."""
     axis = positive_axis(x, axis)
     padded = ops.expand_dims(pad_one(x, axis, floor), -1)
-    return ops.squeeze(ops.max(padded, axis=axis, keepdims=True, initial=floor), -1)
+    if keras.backend.backend() == "torch":
+        # Keras's torch `max(initial=)` builds its fill on the CPU, beside a
+        # CUDA `x` (training on a GPU failed), and answers an empty batch with
+        # a (1, 1, 1) tensor; torch's own amax reduces an empty batch as it is.
+        reduced = ops.amax(padded, axis=axis, keepdims=True)
+    else:
+        # `initial`: TensorFlow's eager max refuses an empty batch without it.
+        reduced = ops.max(padded, axis=axis, keepdims=True, initial=floor)
+    return ops.squeeze(reduced, -1)
 
 
 def any_along(mask, axis=-1, keepdims=False):

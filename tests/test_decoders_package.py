@@ -83,7 +83,9 @@ def test_the_package_exports_the_decoders_and_the_stepwise_split():
         "EnsembleDecoder",
         "InferenceDecoder",
         "ScheduledSamplingDecoder",
+        "TransformerInferenceDecoder",
         "stepwise_models",
+        "transformer_stepwise_models",
     ]
     for name in decoders.__all__:
         assert getattr(decoders, name) is getattr(ka, name), name

@@ -32,6 +32,8 @@ def test_the_export_coverage_table_uses_every_public_layer():
         "ensemble_search",
         "pointer_network",
         "hierarchical",
+        "transformer",
+        "transformer_search",
     }
     used = set()
     for model in signatures.values():

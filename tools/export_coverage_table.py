@@ -127,6 +127,39 @@ def composite_models():
     return pointer_model, documents
 
 
+def transformer_models():
+    """A post-norm encoder layer and a pre-norm encoder stack under learned positions, a rotary
+    decoder layer and a decoder stack teacher-forced under sinusoids, and the stack's in-graph beam
+    search."""
+    source = keras.Input((None,), dtype="int32", name="source")
+    target = keras.Input((None,), dtype="int32", name="target")
+    options = dict(num_heads=2, intermediate_dim=2 * DIM)
+    source_embedding = keras.layers.Embedding(VOCABULARY, DIM, mask_zero=True)
+    target_embedding = keras.layers.Embedding(VOCABULARY, DIM)
+    sinusoids = ka.SinusoidalPositionEncoding()
+    learned = ka.LearnedPositionEmbedding(16)
+    first = ka.TransformerEncoderLayer(norm_first=False, **options)
+    memory = ka.TransformerEncoderStack(2, **options)(first(learned(source_embedding(source))))
+    queries = sinusoids(target_embedding(target))
+    stack = ka.TransformerDecoderStack(2, **options)
+    readout = keras.layers.Dense(VOCABULARY)
+    outputs = {
+        "TransformerEncoderStack": keras.layers.Identity(name="TransformerEncoderStack")(memory),
+        "TransformerDecoderLayer_rotary": keras.layers.Identity(name="TransformerDecoderLayer_rotary")(
+            ka.TransformerDecoderLayer(use_rotary=True, **options)(queries, memory)
+        ),
+        "TransformerDecoderStack": keras.layers.Identity(name="TransformerDecoderStack")(
+            readout(stack(queries, memory))
+        ),
+    }
+    teacher_forced = keras.Model([source, target], outputs, name="transformer")
+    decoder = ka.TransformerInferenceDecoder(
+        stack, target_embedding, readout, 1, 2, 8, position=sinusoids, method="beam", beam_width=3
+    )
+    search = keras.Model(source, decoder(memory), name="transformer_search")
+    return teacher_forced, search
+
+
 def build_signatures():
     teacher_forced, searches = decoder_models()
     pointer_model, documents = composite_models()
@@ -139,6 +172,7 @@ def build_signatures():
         "pointer_network": pointer_model,
         "hierarchical": documents,
     }
+    signatures["transformer"], signatures["transformer_search"] = transformer_models()
     rng = np.random.default_rng(0)
     for model in signatures.values():
         for variable in model.trainable_weights:

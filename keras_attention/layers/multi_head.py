@@ -219,16 +219,26 @@ class MultiHeadAttention(WeightSettings, AttentionLayer):
         # backend takes the same path, so the numbers do not depend on it.
         head_sizes = {projected_query.shape[-1], projected_key.shape[-1], projected_value.shape[-1]}
         same_head_size = len(head_sizes) == 1 and all(_checks.is_int(size) for size in head_sizes)
-        explicit = return_attention_scores or dropping or float16 or not same_head_size
+        # TensorFlow's "fused" op is two einsums, no kernel: the explicit
+        # path computes the same with batched matmuls. tf2onnx rewrites an
+        # einsum into Reshapes and MatMuls that onnxruntime refuses when
+        # queries and keys both have 0 steps (self-attention over an empty
+        # source); a batched matmul stays one MatMul.
+        fused_kernel = keras.backend.backend() != "tensorflow"
+        explicit = return_attention_scores or dropping or float16 or not same_head_size or not fused_kernel
         full_mask = None
         if explicit or mask is not None:
             full_mask = combine_masks(projected_query, projected_key, None, None, mask, causal)
         if explicit:
-            scores = ops.einsum("bqhk,bvhk->bhqv", *to_score_dtype(projected_query, projected_key))
+            query_heads, key_heads = to_score_dtype(projected_query, projected_key)
+            # (B, H, Tq, k) x (B, H, k, Tv): batched matmuls, no Reshape in the exported graph.
+            scores = ops.matmul(ops.transpose(query_heads, (0, 2, 1, 3)), ops.transpose(key_heads, (0, 2, 3, 1)))
             weights = masked_softmax(scores, None if full_mask is None else ops.expand_dims(full_mask, 1))
             weights = self.drop_weights(weights, training)
             weights = ops.cast(weights, projected_value.dtype)
-            heads = ops.einsum("bhqv,bvhk->bqhk", weights, projected_value)
+            heads = ops.transpose(ops.matmul(weights, ops.transpose(projected_value, (0, 2, 1, 3))), (0, 2, 1, 3))
+            if not (return_attention_scores or dropping):
+                weights = None
         else:
             weights = None
             heads = ops.dot_product_attention(

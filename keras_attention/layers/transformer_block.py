@@ -13,6 +13,7 @@ import keras
 from keras import ops
 
 from keras_attention import _checks
+from keras_attention.layers.layer_norm import ExportableLayerNormalization
 from keras_attention.layers.multi_head import MultiHeadAttention
 from keras_attention.layers.positional_rotary import RotaryPositionEmbedding
 
@@ -122,7 +123,7 @@ class TransformerBlock(keras.layers.Layer):
         )
 
     def _norm(self, name):
-        return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name)
+        return ExportableLayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name)
 
     def _head_size(self, model_dim):
         if self.key_dim is not None:
