@@ -6,7 +6,6 @@ import keras
 from keras import ops
 
 from keras_attention import _checks
-from keras_attention.decoders.inference_decoder import InferenceDecoder
 from keras_attention.decoders.search import SearchDecoder
 
 __all__ = ["EnsembleDecoder"]
@@ -15,24 +14,19 @@ COMBINATIONS = ("probabilities", "log_probabilities")
 
 
 def _member(owner, index, member):
-    # A member is an InferenceDecoder (a cell) or a decoder of the search
-    # that prepares its own memory and states (`prepare_search`: the
-    # Transformer's, with its caches).
+    # A member is a decoder of the search that prepares its own memory and
+    # states: an InferenceDecoder (its cell's) or a TransformerInferenceDecoder
+    # (its caches); not another ensemble, whose memory is a list.
     def accepts(given):
-        return isinstance(given, InferenceDecoder) or (
-            isinstance(given, SearchDecoder) and callable(getattr(given, "prepare_search", None))
+        return (
+            isinstance(given, SearchDecoder)
+            and not isinstance(given, EnsembleDecoder)
+            and type(given).prepare_search is not SearchDecoder.prepare_search
         )
 
     return _checks.resolve_layer(
         owner, f"members[{index}]", member, accepts, "an InferenceDecoder or a TransformerInferenceDecoder"
     )
-
-
-def _first_mask(mask):
-    """The memories share their source: the first mask any of them carries."""
-    if isinstance(mask, (list, tuple)):
-        return next((m for m in mask if m is not None), None)
-    return mask
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -162,32 +156,24 @@ class EnsembleDecoder(SearchDecoder):
         noises = [member.step_noise(rows, source_length) for member in self.members]
         return None if all(noise is None for noise in noises) else noises
 
-    def call(
-        self,
-        memories,
-        memory_mask=None,
-        initial_state=None,
-        allowed_tokens=None,
-        target_prefix=None,
-        options=None,
-        mask=None,
-    ):
+    def prepare_search(self, memories, memory_mask=None, initial_state=None, owner=None):
+        """`([prepared per member], [states per member])`: each member's own
+        `prepare_search` over its memory (`initial_state`: None, or one entry
+        per member)."""
         self._check_memories(memories, "memories")
-        memory_mask = _first_mask(mask) if memory_mask is None else memory_mask
         if initial_state is None:
             initial_state = [None] * len(self.members)
         self._check_memories(initial_state, "initial_state")
-        batch = ops.shape(memories[0])[0]
         prepared, states = [], []
         for member, memory, state in zip(self.members, memories, initial_state):
-            if isinstance(member, InferenceDecoder):
-                member_memory = member.cell.prepare_memory(memory, memory_mask, owner=self)
-                member_states = member.cell.initial_state_for(member_memory, batch, state)
-            else:
-                member_memory, member_states = member.prepare_search(memory, memory_mask, state)
+            member_memory, member_states = member.prepare_search(memory, memory_mask, state, owner=owner or self)
             prepared.append(member_memory)
             states.append(member_states)
-        return self.search(prepared, states, memories[0], memory_mask, allowed_tokens, target_prefix, options)
+        return prepared, states
+
+    def search_source(self, memories):
+        """The first memory: every member reads the same source."""
+        return memories[0]
 
     def compute_output_spec(
         self,

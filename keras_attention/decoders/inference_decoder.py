@@ -210,22 +210,12 @@ class InferenceDecoder(SearchDecoder):
         Gumbel noise of HardAttention's "sample" mode), or None."""
         return self.cell.attention.step_noise(rows, self.max_length, source_length, training=False)
 
-    def call(
-        self,
-        memory,
-        memory_mask=None,
-        initial_state=None,
-        allowed_tokens=None,
-        target_prefix=None,
-        options=None,
-        mask=None,
-    ):
-        # Keras fills `mask` from the memory's Keras mask when the memory is
-        # the only tensor argument, and `memory_mask` when there are more.
-        memory_mask = mask if memory_mask is None else memory_mask
-        prepared = self.cell.prepare_memory(memory, memory_mask, owner=self)
-        initial_state = self.cell.initial_state_for(prepared, ops.shape(memory)[0], initial_state)
-        return self.search(prepared, initial_state, memory, memory_mask, allowed_tokens, target_prefix, options)
+    def prepare_search(self, memory, memory_mask=None, initial_state=None, owner=None):
+        """`(prepared memory, initial cell states)` for `search`: the cell's
+        `prepare_memory` and `initial_state_for` (the given states, checked,
+        or the cell's own)."""
+        prepared = self.cell.prepare_memory(memory, memory_mask, owner=owner or self)
+        return prepared, self.cell.initial_state_for(prepared, ops.shape(memory)[0], initial_state)
 
     def get_config(self):
         config = super().get_config()

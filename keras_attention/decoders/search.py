@@ -45,6 +45,14 @@ def noise_at(noise, time):
     return keras.tree.map_structure(at, noise, none_is_leaf=False)
 
 
+def first_mask(mask):
+    """The memory's mask; of several memories over one source (an ensemble's),
+    the first that any of them carries."""
+    if isinstance(mask, (list, tuple)):
+        return next((m for m in mask if m is not None), None)
+    return mask
+
+
 class SearchDecoder(keras.layers.Layer):
     """Base of the in-graph decoders: the search options and the search.
 
@@ -145,6 +153,37 @@ class SearchDecoder(keras.layers.Layer):
     def vocabulary_size(self):
         """The number of ids a step scores (its logits' width), when known; None here."""
         return None
+
+    def prepare_search(self, memory, memory_mask=None, initial_state=None, owner=None):
+        """`(prepared, initial states)` for `search`: what the steps read of the
+        memory, computed once per call, and the states the first step takes.
+        `owner` is the layer named in errors (an ensemble names itself)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must define prepare_search(memory, memory_mask=None, initial_state=None, "
+            "owner=None)."
+        )
+
+    def search_source(self, memory):
+        """The tensor whose shape gives the batch and the source length: the memory."""
+        return memory
+
+    def call(
+        self,
+        memory,
+        memory_mask=None,
+        initial_state=None,
+        allowed_tokens=None,
+        target_prefix=None,
+        options=None,
+        mask=None,
+    ):
+        # Keras fills `mask` from the memory's Keras mask when the memory is
+        # the only tensor argument, and `memory_mask` when there are more; an
+        # ensemble's memories share one source, so any of their masks serves.
+        memory_mask = first_mask(mask if memory_mask is None else memory_mask)
+        prepared, states = self.prepare_search(memory, memory_mask, initial_state)
+        source = self.search_source(memory)
+        return self.search(prepared, states, source, memory_mask, allowed_tokens, target_prefix, options)
 
     def step_noise(self, rows, source_length):
         """The random numbers `decode_step` reads at each step, drawn before

@@ -138,31 +138,17 @@ class TransformerInferenceDecoder(SearchDecoder):
         alignment = None if weights is None else ops.mean(ops.cast(weights, "float32"), axis=1)
         return logits, caches, alignment
 
-    def prepare_search(self, memory, memory_mask=None, initial_state=None):
+    def prepare_search(self, memory, memory_mask=None, initial_state=None, owner=None):
         """`(prepared, initial caches)` for `search` (or an `EnsembleDecoder`):
         the memory projected once, and zero caches of `max_length`."""
         if initial_state is not None:
             raise ValueError(
-                f"{_checks.owner_name(self)}: `initial_state` must be None (a Transformer starts from an "
+                f"{_checks.owner_name(owner or self)}: `initial_state` must be None (a Transformer starts from an "
                 f"empty cache); got {initial_state!r:.80}."
             )
         prepared = {"memory": self.stack.project_memory(memory), "memory_mask": memory_mask}
         caches = self.stack.initial_cache(ops.shape(memory)[0], self.max_length)
         return prepared, caches
-
-    def call(
-        self,
-        memory,
-        memory_mask=None,
-        initial_state=None,
-        allowed_tokens=None,
-        target_prefix=None,
-        options=None,
-        mask=None,
-    ):
-        memory_mask = mask if memory_mask is None else memory_mask
-        prepared, caches = self.prepare_search(memory, memory_mask, initial_state)
-        return self.search(prepared, caches, memory, memory_mask, allowed_tokens, target_prefix, options)
 
     def get_config(self):
         config = super().get_config()
