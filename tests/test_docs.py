@@ -108,9 +108,18 @@ def test_page_examples_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     readme_blocks = set(_python_blocks((ROOT / "README.md").read_text()))
     namespace = {}
-    for block in _runnable_blocks(page.read_text()):
-        if block not in readme_blocks:
-            exec(compile(block, f"<{page.relative_to(ROOT)}>", "exec"), namespace)
+    # A page may register a processor or strategy of its own: it is forgotten
+    # afterwards, so that the tests that walk the registries see the library's.
+    registries = (keras_attention.decoding.processors, keras_attention.decoding.strategies)
+    before = [set(registry.registered()) for registry in registries]
+    try:
+        for block in _runnable_blocks(page.read_text()):
+            if block not in readme_blocks:
+                exec(compile(block, f"<{page.relative_to(ROOT)}>", "exec"), namespace)
+    finally:
+        for registry, names in zip(registries, before):
+            for name in set(registry.registered()) - names:
+                registry.unregister(name)
 
 
 def test_readme_is_a_front_page():

@@ -39,6 +39,20 @@ def test_the_registry_finds_each_strategy_by_name():
         decoding.get("nucleus")
 
 
+def test_a_strategy_registered_for_a_session_is_forgotten_by_unregister():
+    @strategies.register("greedy_for_a_test")
+    class GreedyForATest(GreedySearch):
+        pass
+
+    assert isinstance(decoding.get("greedy_for_a_test"), GreedyForATest)
+    strategies.unregister("greedy_for_a_test")
+    assert "greedy_for_a_test" not in strategies.registered()
+    with pytest.raises(ValueError, match="got 'greedy_for_a_test'"):
+        decoding.get("greedy_for_a_test")
+    with pytest.raises(ValueError, match=r"no search strategy is registered as 'greedy_for_a_test'; registered: \["):
+        strategies.unregister("greedy_for_a_test")
+
+
 @pytest.mark.parametrize(
     "strategy",
     [GreedySearch(), SamplingSearch(0.5, top_k=3, top_p=0.9, seed=7), BeamSearch(3, 0.6, 0.2, True, "tfa", 2)],

@@ -29,6 +29,13 @@ class NamedRegistry:
 
         return decorate
 
+    def unregister(self, name):
+        """Forget `name` (a class registered for a test or a notebook's session);
+        an unknown name is refused."""
+        if name not in self.classes:
+            raise ValueError(f"no {self.kind} is registered as {name!r}; registered: {sorted(self.classes)}.")
+        del self.classes[name]
+
     def registered(self):
         """{name: class}, in registration order or by `order`."""
         if self.order is None:

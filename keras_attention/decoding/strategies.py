@@ -17,7 +17,16 @@ from keras_attention.decoding.greedy import greedy_search, sampling_search
 from keras_attention.decoding.registry import NamedRegistry
 from keras_attention.decoding.runtime_fields import RuntimeField
 
-__all__ = ["BeamSearch", "GreedySearch", "SamplingSearch", "SearchStrategy", "get", "register", "registered"]
+__all__ = [
+    "BeamSearch",
+    "GreedySearch",
+    "SamplingSearch",
+    "SearchStrategy",
+    "get",
+    "register",
+    "registered",
+    "unregister",
+]
 
 _NAMES = NamedRegistry("search strategy", "strategy", lambda: SearchStrategy)
 
@@ -37,6 +46,11 @@ LOOP_FIELDS = (
 def register(name):
     """Class decorator: `name` finds the strategy (`get(name)`), which Keras serializes too."""
     return _NAMES.register(name)
+
+
+def unregister(name):
+    """Forget the strategy registered as `name`."""
+    _NAMES.unregister(name)
 
 
 def registered():

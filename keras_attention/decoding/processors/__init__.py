@@ -9,7 +9,7 @@ processor is one module with a `register` decorator.
 """
 
 from keras_attention.decoding.processors.allowed_tokens import AllowedTokens
-from keras_attention.decoding.processors.base import LogitsProcessor, Step, get, register, registered
+from keras_attention.decoding.processors.base import LogitsProcessor, Step, get, register, registered, unregister
 from keras_attention.decoding.processors.composition import processed_step
 from keras_attention.decoding.processors.configuration import configured_processors, keyword_names
 from keras_attention.decoding.processors.forced_prefix import ForcedPrefix
@@ -36,4 +36,5 @@ __all__ = [
     "register",
     "registered",
     "relative_max_lengths",
+    "unregister",
 ]

@@ -16,7 +16,7 @@ import keras
 
 from keras_attention.decoding.registry import NamedRegistry
 
-__all__ = ["LogitsProcessor", "Step", "get", "register", "registered"]
+__all__ = ["LogitsProcessor", "Step", "get", "register", "registered", "unregister"]
 
 _NAMES = NamedRegistry("logits processor", "processor", lambda: LogitsProcessor, order=lambda cls: cls.order)
 
@@ -24,6 +24,11 @@ _NAMES = NamedRegistry("logits processor", "processor", lambda: LogitsProcessor,
 def register(name):
     """Class decorator: `name` finds the processor (`get(name)`), which Keras serializes too."""
     return _NAMES.register(name)
+
+
+def unregister(name):
+    """Forget the processor registered as `name`."""
+    _NAMES.unregister(name)
 
 
 def registered():
