@@ -164,3 +164,86 @@ def test_bad_requests_are_refused_by_name(network):
         network.decode(numbers, options={"temperature": 0.5})
     with pytest.raises(ValueError, match=r"PointerNetwork: give the search either as `search`.*beam_width=3"):
         PointerNetwork(4, beam_width=3, search=GreedySearch())
+
+
+def test_call_takes_the_runtime_options_as_decode_does(network):
+    network, numbers, mask = network
+    lengths = copy_of(network, numbers, runtime_options=("max_length", "min_length"))
+    request = {"max_length": [2, 4], "min_length": [1, 2]}
+    want = numpy_of(network.decode(numbers, mask, options=request))["ids"]
+    np.testing.assert_array_equal(ops.convert_to_numpy(lengths(numbers, mask=mask, options=request)), want)
+    assert want[0, 0] != END and (want[0, 2:] == END).all()  # at most two ids, the first no end (max_length 2)
+    assert sorted(want[1, :2]) == [1, 2] and want[1, 2] == END  # two before the end (min_length 2)
+    # None, or a missing key, is the constructor's value (max_length 4, min_length 0).
+    default = ops.convert_to_numpy(network(numbers, mask=mask))
+    np.testing.assert_array_equal(ops.convert_to_numpy(lengths(numbers, mask=mask)), default)
+    for options in ({"max_length": None, "min_length": None}, {"min_length": [0, 0]}):
+        np.testing.assert_array_equal(ops.convert_to_numpy(lengths(numbers, mask=mask, options=options)), default)
+    one = ops.convert_to_numpy(lengths(numbers, mask=mask, options={"min_length": 2}))  # one value for the batch
+    np.testing.assert_array_equal(one, numpy_of(network.decode(numbers, mask, min_length=2))["ids"])
+    # A beam search's run-time field: the best hypothesis of decode with that option.
+    beam = copy_of(network, numbers, search=BeamSearch(6), runtime_options=("length_penalty_weight", "max_length"))
+    request = {"length_penalty_weight": [0.0, 5.0]}
+    best = numpy_of(network.decode(numbers, mask, search=BeamSearch(6), options=request))["ids"][:, 0]
+    np.testing.assert_array_equal(ops.convert_to_numpy(beam(numbers, mask=mask, options=request)), best)
+    plain = numpy_of(network.decode(numbers, mask, search=BeamSearch(6)))["ids"][:, 0]
+    assert not np.array_equal(best, plain)
+
+
+def test_option_inputs_feed_a_functional_model(network):
+    network, numbers, mask = network
+    layer = copy_of(network, numbers, search=BeamSearch(3), runtime_options=("length_penalty_weight", "min_length"))
+    assert layer.option_specs() == {
+        "length_penalty_weight": {"dtype": "float32", "default": 0.0, "minimum": 0, "strict": False, "maximum": None},
+        "min_length": {"dtype": "int32", "default": 0, "minimum": 0, "strict": False, "maximum": MAX_LENGTH - 1},
+    }
+    inputs = keras.Input((None, 2), name="numbers")
+    options = layer.option_inputs()
+    assert {name: (tensor.shape, tensor.dtype) for name, tensor in options.items()} == {
+        "length_penalty_weight": ((None,), "float32"),
+        "min_length": ((None,), "int32"),
+    }
+    outputs = layer(keras.layers.Masking(0.0)(inputs), options=options)
+    model = keras.Model({"numbers": inputs, **options}, {"ids": outputs})
+    padded = numbers * mask[..., None]  # the padding is zeros: Masking finds the mask
+    request = {"numbers": padded, "length_penalty_weight": None, "min_length": np.array([3, 2], "int32")}
+    served = ops.convert_to_numpy(model(request)["ids"])
+    np.testing.assert_array_equal(
+        served, ops.convert_to_numpy(layer(numbers, mask=mask, options={"min_length": [3, 2]}))
+    )
+    # Every input of example 0, both real ones of example 1: its padding is masked (unmasked, it may be taken).
+    np.testing.assert_array_equal(np.sort(served[0, :3]), [1, 2, 3])
+    np.testing.assert_array_equal(np.sort(served[1, :2]), [1, 2])
+    assert (served[:, 3:] == END).all() and served[1, 2] == END
+    unmasked = ops.convert_to_numpy(layer(padded, options={"min_length": [3, 3]}))
+    np.testing.assert_array_equal(np.sort(unmasked[1, :3]), [1, 2, 3])
+    # Left out, an option is the constructor's.
+    default = ops.convert_to_numpy(layer(numbers, mask=mask))
+    np.testing.assert_array_equal(ops.convert_to_numpy(model({**request, "min_length": None})["ids"]), default)
+    assert not np.array_equal(default, served)
+    # The list of run-time options round-trips through the config.
+    assert PointerNetwork.from_config(layer.get_config()).runtime_options == ("length_penalty_weight", "min_length")
+
+
+def test_bad_runtime_options_are_refused_by_name(network):
+    network, numbers, mask = network
+    layer = copy_of(network, numbers, runtime_options=("max_length", "min_length"))
+    for options, message in [
+        ({"max_length": 5}, r"PointerNetwork: option `max_length` must be an integer from 1 to 4; got 5"),
+        ({"max_length": [2, 0]}, r"option `max_length` must be an integer from 1 to 4; got \[2, 0\]"),
+        ({"min_length": [1, 2, 3]}, r"option `min_length` must hold 0 values \(the default\), 1 .* or 2"),
+        ({"min_length": 2, "max_length": [4, 2]}, r"option `min_length` must be below `max_length`"),
+        ({"temperature": 1.0}, r"`options` sets \['temperature'\], which are not among its `runtime_options`"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            layer(numbers, mask=mask, options=options)
+    with pytest.raises(ValueError, match=r"which method='greedy' does not read \(it is an option of 'sample'"):
+        PointerNetwork(4, max_length=4, runtime_options=("temperature",))
+    with pytest.raises(ValueError, match=r"'repetition_penalty', which a pointer network's GreedySearch\(\) does not"):
+        PointerNetwork(4, max_length=4, runtime_options=("repetition_penalty",))
+    with pytest.raises(ValueError, match=r"cannot change at run time \(the beams are the loop's tensor shapes\)"):
+        PointerNetwork(4, max_length=4, runtime_options=("beam_width",))
+    with pytest.raises(ValueError, match=r"run-time options \['max_length'\] need `max_length`"):
+        PointerNetwork(4, runtime_options=("max_length",))
+    with pytest.raises(ValueError, match=r"teacher forcing \(\[inputs, targets\]\) takes none"):
+        layer([numbers, np.zeros((2, 4), "int32")], options={"max_length": [2, 3]})

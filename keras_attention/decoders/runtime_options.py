@@ -22,6 +22,7 @@ from keras import ops
 from keras_attention import _checks
 from keras_attention._checks import concrete_values
 from keras_attention.decoding import processors, strategies
+from keras_attention.decoding.hashed_random import spread_seed
 
 __all__ = [
     "FIXED_OPTIONS",
@@ -35,6 +36,7 @@ __all__ = [
     "concrete_values",
     "expectation",
     "option_bounds",
+    "request_values",
 ]
 
 
@@ -252,3 +254,38 @@ def broadcast_option(value, default, batch, dtype):
     padded = ops.concatenate([value, ops.cast(defaults, dtype)], axis=0)
     index = ops.where(ops.equal(ops.shape(value)[0], 1), 0, ops.arange(batch, dtype="int32"))
     return ops.take(padded, index, axis=0)
+
+
+def request_values(owner, options, batch, names, specs, defaults):
+    """{run-time option: `(batch,)` tensor} for a call's `options` (a value,
+    `(1,)`, `(batch,)`, empty or None each) of a layer taking the run-time
+    options `names` (`specs`: their bounds, `defaults`: their values when not
+    given). Unknown names and values known now (an eager call) out of their
+    bounds are refused, naming `owner`; exports check their inputs."""
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise ValueError(
+            f"{_checks.owner_name(owner)}: `options` must be a dict {{option: value}}; got {options!r:.80}."
+        )
+    unknown = sorted(set(options) - set(names))
+    if unknown:
+        raise ValueError(
+            f"{_checks.owner_name(owner)}: `options` sets {unknown}, which are not among its "
+            f"`runtime_options` {list(names)} (given at construction)."
+        )
+    checked = {}
+    known_batch = batch if isinstance(batch, int) else None
+    where = f"{_checks.owner_name(owner)}: option"
+    for name, value in options.items():
+        array = None if value is None else concrete_values(value)
+        if array is not None:
+            checked[name] = check_option_values(where, name, array, specs[name], known_batch)
+    check_length_values(where, checked, specs)
+    values = {
+        name: broadcast_option(options.get(name), default, batch, RUNTIME_OPTIONS[name].dtype)
+        for name, default in defaults.items()
+    }
+    if "seed" in values:  # one seed (or the default) for the batch: a stream per row
+        values["seed"] = spread_seed(options.get("seed"), values["seed"], batch)
+    return values

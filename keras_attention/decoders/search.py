@@ -16,19 +16,17 @@ from keras_attention import _checks
 from keras_attention.decoders.predict_inputs import expand_options
 from keras_attention.decoders.runtime_options import (
     RUNTIME_OPTIONS,
-    broadcast_option,
-    check_length_values,
-    check_option_values,
     check_prefix_values,
     check_runtime_options,
     concrete_values,
     option_bounds,
+    request_values,
 )
 from keras_attention.decoders.search_methods import METHODS, adopt_strategy, keyword_less_fields, strategy_of
 from keras_attention.decoding import LENGTH_CONVENTIONS, strategies, tile_batch
 from keras_attention.decoding import processors as processors_package
 from keras_attention.decoding.constraints import check_top_p
-from keras_attention.decoding.hashed_random import decoder_seed, spread_seed
+from keras_attention.decoding.hashed_random import decoder_seed
 
 __all__ = ["SearchDecoder", "noise_at"]
 
@@ -226,33 +224,7 @@ class SearchDecoder(keras.layers.Layer):
     def _option_values(self, options, batch):
         """{run-time option: `(batch,)` tensor}, from the call's `options`
         (a value, `(1,)`, `(batch,)`, empty or None each) and the defaults."""
-        if options is None:
-            options = {}
-        if not isinstance(options, dict):
-            raise ValueError(
-                f"{_checks.owner_name(self)}: `options` must be a dict {{option: value}}; got {options!r:.80}."
-            )
-        unknown = sorted(set(options) - set(self.runtime_options))
-        if unknown:
-            raise ValueError(
-                f"{_checks.owner_name(self)}: `options` sets {unknown}, which are not among its "
-                f"`runtime_options` {list(self.runtime_options)} (given at construction)."
-            )
-        specs, checked = self.option_specs(), {}
-        known_batch = batch if isinstance(batch, int) else None
-        where = f"{_checks.owner_name(self)}: option"
-        for name, value in options.items():
-            array = None if value is None else concrete_values(value)
-            if array is not None:  # checked now when known (an eager call); exports check their inputs
-                checked[name] = check_option_values(where, name, array, specs[name], known_batch)
-        check_length_values(where, checked, specs)
-        values = {
-            name: broadcast_option(options.get(name), default, batch, RUNTIME_OPTIONS[name].dtype)
-            for name, default in self.option_defaults().items()
-        }
-        if "seed" in values:  # one seed (or the default) for the batch: a stream per row
-            values["seed"] = spread_seed(options.get("seed"), values["seed"], batch)
-        return values
+        return request_values(self, options, batch, self.runtime_options, self.option_specs(), self.option_defaults())
 
     def _check_prefix(self, target_prefix, max_length):
         """A forced prefix longer than its example's max_length, or holding

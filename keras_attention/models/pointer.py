@@ -5,16 +5,15 @@ from keras import ops
 
 from keras_attention import _checks
 from keras_attention.decoding import strategies
-from keras_attention.decoding.beams import tile_batch
-from keras_attention.decoding.strategies import BeamSearch
 from keras_attention.layers.pointer import PointerAttention, logits_dtype
-from keras_attention.models.pointer_search import END, constrain, pointer_strategy, split_options
+from keras_attention.models.pointer_decoding import PointerDecoding, check_pointer_options
+from keras_attention.models.pointer_search import END
 
 __all__ = ["END", "PointerNetwork"]
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class PointerNetwork(keras.layers.Layer):
+class PointerNetwork(PointerDecoding, keras.layers.Layer):
     """Pointer network: an LSTM encoder-decoder that points at its inputs.
 
     For inputs `P = (x_1 .. x_n)` and an output `C = (c_1 .. c_m)` of pointer
@@ -51,7 +50,12 @@ class PointerNetwork(keras.layers.Layer):
     returns every hypothesis with its scores and takes the strategy's
     run-time options and the constraints that apply to positions
     (`min_length`, `allowed_positions`, `prefix`); `decoding_step` gives the
-    step function for a search of one's own.
+    step function for a search of one's own. The options named in
+    `runtime_options` are inputs of `layer(inputs, options={name: value})`
+    too, as the decoders' are: `option_inputs()` gives them as optional
+    `(B,)` `keras.Input`s, so an exported functional model takes them per
+    request (a value left out is the constructor's; a bad one is refused,
+    naming the option, in Keras, the SavedModel and ONNX serving).
 
     Paper: Vinyals, Fortunato & Jaitly, "Pointer Networks", NeurIPS 2015,
     arXiv:1506.03134.
@@ -78,6 +82,9 @@ class PointerNetwork(keras.layers.Layer):
             strategy, its registered name or its config) in place of
             `beam_width` and `length_penalty_weight`.
         use_cudnn: passed to the LSTMs; on a GPU, export to ONNX needs False.
+        runtime_options: the options `call` takes per request (`options=`):
+            names among the strategy's run-time fields, `max_length` (at
+            most the constructor's) and `min_length` (default 0).
         **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Example:
@@ -101,6 +108,7 @@ class PointerNetwork(keras.layers.Layer):
         length_penalty_weight=0.0,
         use_cudnn="auto",
         search=None,
+        runtime_options=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -118,6 +126,7 @@ class PointerNetwork(keras.layers.Layer):
                 f"`length_penalty_weight`; got beam_width={beam_width!r}, "
                 f"length_penalty_weight={length_penalty_weight!r} too."
             )
+        self.runtime_options = check_pointer_options(self, runtime_options, self.search_strategy(), self.max_length)
         self.mask_chosen = bool(mask_chosen)
         self.use_cudnn = use_cudnn
         self.supports_masking = True
@@ -169,18 +178,6 @@ class PointerNetwork(keras.layers.Layer):
                     f"size; got shapes {inputs_shape} and {targets_shape}."
                 )
         return inputs_shape, targets_shape
-
-    def _check_decoding(self, max_length, beam_width):
-        if max_length is None:
-            raise ValueError(
-                "PointerNetwork: decoding needs `max_length`, the most pointers to "
-                "produce with the end included (the longest input + 1 for a "
-                "permutation); got None."
-            )
-        return (
-            _checks.check_positive_int(self, "max_length", max_length),
-            _checks.check_positive_int(self, "beam_width", beam_width, allow_none=True),
-        )
 
     @staticmethod
     def _inputs_mask(mask):
@@ -246,121 +243,29 @@ class PointerNetwork(keras.layers.Layer):
             chosen = ops.greater(ops.cumsum(ops.cast(picked, "int32"), axis=1), 0)
         return self.pointer(outputs, memory, memory_mask=valid, chosen_mask=chosen)
 
-    def decoding_step(self, inputs, mask=None):
-        """`(step_fn, initial_state)` for the searches of `keras_attention.decoding`.
-
-        `step_fn(ids, state, time) -> (logits (N, Ts + 1), state)`: `ids` are
-        the previous pointer ids (start with `END`, i.e. `start_tokens=0`, and
-        use `end_token=0`). The state holds the LSTM state, the chosen
-        positions and the encoded memory, so beam search can tile and reorder
-        it like any state. The memory's projection is computed here, once.
-        """
-        constants, state = self._decoding_start(inputs, mask)
-
-        def step_fn(ids, state, time):
-            return self.decode_step(ids, state, state, time)
-
-        return step_fn, {**state, **constants}
-
-    def _decoding_start(self, inputs, mask):
-        """The per-sequence constants (encoded elements, projected keys, valid
-        positions) and the initial recurrent state of a decoding."""
-        self._check_shapes(inputs.shape)
-        if not self.built:
-            self.build(inputs.shape)
-        elements, memory, valid, (state_h, state_c) = self._encode(inputs, self._inputs_mask(mask))
-        constants = {"valid": valid, "elements": elements, "keys": self.pointer.project_memory(memory)}
-        state = {"h": state_h, "c": state_c, "chosen": ops.zeros(ops.shape(valid), "bool")}
-        return constants, state
-
-    def decode_step(self, ids, states, prepared, time, noise=None):
-        """One decoding step, the decoders' protocol: `(logits (N, Ts + 1),
-        new states)` for the previous pointer ids `(N,)`, the states `{"h",
-        "c", "chosen"}` (other entries pass through) and the prepared
-        constants `{"elements", "keys", "valid"}` of `_decoding_start`
-        (tiled for beam search). `time`, the search's counter, and `noise`
-        are not read: the step draws nothing and needs no position."""
-        ids = ops.cast(ids, "int32")
-        indices = ops.arange(ops.shape(prepared["valid"])[1], dtype="int32")
-        chosen = states["chosen"]
-        if self.mask_chosen:
-            picked = ops.equal(ops.expand_dims(ids, 1), indices)
-            chosen = ops.logical_or(chosen, ops.logical_and(picked, ops.greater(indices, END)))
-        element = ops.take_along_axis(prepared["elements"], ops.reshape(ids, (-1, 1, 1)), axis=1)[:, 0]
-        output, (state_h, state_c) = self.decoder.cell(element, [states["h"], states["c"]])
-        allowed = ops.logical_and(prepared["valid"], ops.logical_not(chosen))
-        logits = self.pointer.pointer_logits(output, prepared["keys"], allowed)
-        return logits, dict(states, h=state_h, c=state_c, chosen=chosen)
-
-    def decode(
-        self,
-        inputs,
-        mask=None,
-        max_length=None,
-        beam_width=None,
-        search=None,
-        options=None,
-        min_length=0,
-        allowed_positions=None,
-        prefix=None,
-    ):
-        """Decode in the graph; returns `keras_attention.decoding`'s result dict.
-
-        The search is `search` (a strategy, name or config), else a beam
-        search of `beam_width`, else the layer's. Greedy and sampling give
-        `ids (B, max_length)`; a beam-like strategy `ids (B, hypotheses,
-        max_length)` best first. When fewer valid hypotheses exist than beams
-        (few inputs, wide beam), the extra beams are empty: all ids 0,
-        length 0, and a score of `-inf`. `max_length` defaults to the
-        layer's.
-
-        `options` {name: value} sets the strategy's run-time fields (e.g.
-        `length_penalty_weight`, `diversity_strength`, `temperature`) and
-        `max_length` / `min_length`, each one number or `(B,)` values, one
-        per example. The constraints, in pointer ids (0 the end, k >= 1
-        input k): `min_length`, the end forbidden before that many pointers
-        (at most the inputs' count); `allowed_positions` `(B, Ts + 1)` bool,
-        the positions each example may point at (the end always may);
-        `prefix` `(B, P)` ids right-padded with -1, each example's forced
-        first pointers.
-        """
-        max_length = self.max_length if max_length is None else max_length
-        max_length, beam_width = self._check_decoding(max_length, beam_width)
-        if search is None:
-            search = self.search if beam_width is None else BeamSearch(beam_width, self.length_penalty_weight)
-        strategy = pointer_strategy(search, self.beam_width, self.length_penalty_weight)
-        constants, state = self._decoding_start(inputs, mask)
-        runtime, length_limits, min_length = split_options(strategy, options, ops.shape(inputs)[0], min_length)
-        if strategy.beams:
-            # Every beam reads its own copy of its example's constants, tiled
-            # once (the loop then need not carry, nor the search reorder, them).
-            constants = tile_batch(constants, strategy.beams)
-        step_fn, state = constrain(self._stepper(constants), state, max_length, min_length, allowed_positions, prefix)
-        return strategy.search(
-            step_fn, state, runtime, start_tokens=END, end_token=END, max_length=max_length, length_limits=length_limits
-        )
-
-    def _stepper(self, constants):
-        def step_fn(ids, state, time):
-            return self.decode_step(ids, state, constants, time)
-
-        return step_fn
-
     # ------------------------------------------------------------------ call
 
-    def call(self, inputs, mask=None, training=None):
+    def call(self, inputs, mask=None, training=None, options=None, inputs_mask=None):
+        # Keras fills `inputs_mask`, not `mask`, from the inputs' Keras mask
+        # when `options` holds tensors (more than one tensor argument).
+        mask = inputs_mask if mask is None else mask
         inputs, targets = self._split(inputs)
         self._check_shapes(inputs.shape, None if targets is None else targets.shape)
         if targets is None:
-            ids = self.decode(inputs, mask)["ids"]
-            hypotheses = pointer_strategy(self.search, self.beam_width, self.length_penalty_weight).hypotheses
-            return ids if hypotheses is None else ids[:, 0]
+            values = self._option_values(options, ops.shape(inputs)[0])
+            ids = self.decode(inputs, mask, options=values)["ids"]
+            return ids if self.search_strategy().hypotheses is None else ids[:, 0]
+        if any(value is not None for value in (options or {}).values()):
+            raise ValueError(
+                f"PointerNetwork: `options` set the decoding; teacher forcing ([inputs, targets]) takes none; "
+                f"got {sorted(options)}."
+            )
         elements, memory, valid, state = self._encode(inputs, self._inputs_mask(mask), training)
         return self._teacher_forced(elements, memory, valid, state, targets, training)
 
     # ---------------------------------------------------- shapes, masks, config
 
-    def compute_output_spec(self, inputs, mask=None, training=None):
+    def compute_output_spec(self, inputs, mask=None, training=None, options=None, inputs_mask=None):
         inputs, targets = self._split(inputs)
         inputs_shape, _ = self._check_shapes(inputs.shape, None if targets is None else targets.shape)
         if targets is None:
@@ -390,6 +295,7 @@ class PointerNetwork(keras.layers.Layer):
                 "length_penalty_weight": self.length_penalty_weight,
                 "use_cudnn": self.use_cudnn,
                 "search": None if self.search is None else keras.saving.serialize_keras_object(self.search),
+                "runtime_options": list(self.runtime_options),
             }
         )
         return config
