@@ -181,13 +181,21 @@ def model_prefixes(model, named_inputs):
     return found
 
 
+def takes_options(layer):
+    """Whether `layer` takes run-time options: it offers `option_specs()`
+    ({option: bounds}), as the decoders (`SearchDecoder`) and
+    `PointerNetwork` do; an input of a model named after one feeds it."""
+    return callable(getattr(layer, "option_specs", None))
+
+
 def model_options(model):
-    """{option name: bounds} of the run-time options of the in-graph
-    decoders (`SearchDecoder`s) in `model`; an input of that name feeds it."""
+    """{option name: bounds} of the run-time options of the layers in
+    `model` that take them (`takes_options`: the in-graph decoders, pointer
+    networks); an input of that name feeds it."""
     found, owners = {}, {}
 
     def visit(layer):
-        if isinstance(layer, SearchDecoder):  # its members' own options are not used
+        if takes_options(layer):  # an ensemble's members' own options are not used
             for name, bounds in layer.option_specs().items():
                 if name in found and found[name] != bounds:
                     raise ExportError(
