@@ -481,6 +481,15 @@ def _render(results):
         out += bench_backends.markdown(s, _table, _meta(s))
         summary.append(bench_backends.summary_row(s, _fmt))
 
+    s = sections.get("keras_hub")
+    if s and "error" not in s and "skipped" not in s:
+        from benchmarks import bench_keras_hub
+
+        out += bench_keras_hub.markdown(s, _table, _meta(s))
+        summary += bench_keras_hub.summary_rows(s, _fmt, _met)
+    elif s and "skipped" in s:
+        out += [f"## 11. The Transformer against keras-hub's: skipped ({s['skipped']})", ""]
+
     for name, s in sections.items():
         if "error" in s:
             out += [f"## {name}: failed", "", f"`{s['error']}`", ""]

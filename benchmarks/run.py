@@ -22,9 +22,12 @@ Measures (see each module's docstring for the exact setup):
               dates per second served at batch 1, 32, 256 (greedy, beam 5):
               onnxruntime (library default and other session settings),
               SavedModel, Keras predict
+    keras_hub our Transformer against keras-hub's at equal size, same weights:
+              training step (and its arithmetic limit), cached greedy and
+              beam decoding tokens per second (needs the keras-hub extra)
 
 Writes DIR/results.json and DIR/results.md (and, for benchmarks/, the
-README's benchmark block; DIR: benchmarks/, or
+benchmark block of docs/benchmarks.md; DIR: benchmarks/, or
 runs/bench-quick with --quick, which uses tiny sizes and 2 repetitions so
 that the suite can be checked in seconds; its numbers mean nothing). With
 --only, the other sections of an existing results.json are kept. The tfa
@@ -51,7 +54,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-NAMES = ["decoder", "mha", "memory", "serving", "scaling", "gpu", "g2p", "options", "throughput", "backends"]
+NAMES = [
+    "decoder",
+    "mha",
+    "memory",
+    "serving",
+    "scaling",
+    "gpu",
+    "g2p",
+    "options",
+    "throughput",
+    "backends",
+    "keras_hub",
+]
 
 
 def parse_args(argv=None):
@@ -126,6 +141,15 @@ def run_one(name, args):
         from benchmarks import bench_backends
 
         return bench_backends.run(args.quick, log, repeats=args.repeats)
+    if name == "keras_hub":
+        import importlib.util
+
+        if importlib.util.find_spec("keras_hub") is None:
+            log("  skipped: keras-hub is not installed (the keras-hub extra, in dev)")
+            return {"skipped": "keras-hub is not installed (the keras-hub extra, in dev)"}
+        from benchmarks import bench_keras_hub
+
+        return bench_keras_hub.run(args.quick, log, repeats=args.repeats)
     raise AssertionError(name)
 
 
@@ -172,12 +196,12 @@ def main(argv=None):
         f.write(markdown)
     log(markdown)
     log(f"wrote {path} and results.md")
-    if os.path.abspath(args.out) == HERE:  # the committed results: the README shows them too
-        with open(report.README, encoding="utf-8") as f:
-            readme = report.updated_readme(f.read(), results)
-        with open(report.README, "w", encoding="utf-8") as f:
-            f.write(readme)
-        log(f"updated {report.README}'s benchmark block")
+    if os.path.abspath(args.out) == HERE:  # the committed results: the benchmarks page shows them too
+        with open(report.PAGE, encoding="utf-8") as f:
+            page = report.updated_page(f.read(), results)
+        with open(report.PAGE, "w", encoding="utf-8") as f:
+            f.write(page)
+        log(f"updated {report.PAGE}'s benchmark block")
     if failed:
         log(f"FAILED: {failed}")
         return 1

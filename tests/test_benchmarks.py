@@ -1,12 +1,15 @@
 """The benchmark suite keeps working: `python -m benchmarks.run --quick` on every
 measure (tiny sizes; no timing is asserted: benchmarks are not tests)."""
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+
+from benchmarks import bench_keras_hub
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TFA_ENV = os.path.join(ROOT, "benchmarks", "peers", ".venv-tfa", ".complete")
@@ -22,7 +25,9 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
         print("tfa peer skipped: benchmarks/peers/.venv-tfa is not built (make bench builds it)")
         argv.append("--no-tfa")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    # A guard against a hang, not a timing: on the 2-core machine shared with the suite the quick
+    # run (eleven sections, keras-hub's about half a minute) took near 10 minutes.
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     results = json.loads((tmp_path / "results.json").read_text())
@@ -38,6 +43,7 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
         "options",
         "throughput",
         "backends",
+        "keras_hub",
     }
     for name, section in sections.items():
         assert "error" not in section, (name, section.get("error"))
@@ -102,10 +108,49 @@ def test_quick_benchmark_run_writes_every_section(tmp_path):
         assert case["max_abs_diff"] <= 1e-6 and case["chunked_over_unchunked"] > 0
         assert set(case["peak_mib"]) == {"unchunked", "chunked"}
 
+    keras_hub = sections["keras_hub"]
+    if importlib.util.find_spec("keras_hub") is None:
+        assert "keras-hub is not installed" in keras_hub["skipped"]
+    else:
+        # The same weights on both sides: the same logits, and the same ids decoded.
+        assert keras_hub["max_abs_logit_diff"] <= 1e-4
+        # (tiny, untrained models: a near-tie may swap a token of a row between the implementations)
+        for decoding in ("greedy", "beam"):
+            assert keras_hub[decoding]["rows_as_ours"]["keras_attention"] == 1.0
+            assert keras_hub[decoding]["rows_as_ours"]["keras_hub"] >= 0.75
+        assert set(keras_hub["train_step_ms"]) == {"keras_attention", "keras_hub"}  # --quick: no XLA sides
+        # The quick config's matmul FLOPs by hand: per encoder layer 4 * 2 * 20 * 16 * 16 (projections)
+        # + 2 * 2 * 20 * 5 * 16 (scores) + 2 * 2 * 20 * 16 * 32 (feed-forward) = 88,320; a decoder layer
+        # 2 * 40,960 + 2 * 6,400 + 40,960 = 135,680; the read-out 2 * 20 * 16 * 50 = 32,000; times 3.
+        limit = keras_hub["arithmetic_limit"]
+        assert bench_keras_hub.train_flops(keras_hub["config"]) == 3 * (88320 + 135680 + 32000)
+        assert limit["best_over_limit"] == pytest.approx(
+            keras_hub["train_best_ms"]["keras_attention"] / limit["limit_ms"], rel=0.01
+        )
+        for decoding in ("greedy", "beam"):
+            rates = keras_hub[decoding]["tokens_per_second"]
+            cfg = keras_hub["config"]
+            for side, timing in keras_hub[decoding]["decode_ms"].items():
+                expected = cfg["batch"] * cfg["length"] / (timing["median_ms"] / 1000)
+                assert rates[side] == pytest.approx(expected, rel=0.01)
+
     markdown = (tmp_path / "results.md").read_text()
     assert markdown.startswith("# keras-attention benchmarks")
     assert 'int8 (`quantize="int8"`) against float32' in markdown
-    headings = ("## Targets", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7.", "## 8.", "## 9.", "## 10.")
+    headings = (
+        "## Targets",
+        "## 1.",
+        "## 2.",
+        "## 3.",
+        "## 4.",
+        "## 5.",
+        "## 6.",
+        "## 7.",
+        "## 8.",
+        "## 9.",
+        "## 10.",
+        "## 11.",
+    )
     for heading in headings:
         assert heading in markdown
 

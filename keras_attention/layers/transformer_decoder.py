@@ -10,10 +10,14 @@ __all__ = ["TransformerDecoderLayer", "TransformerDecoderStack"]
 
 
 def _write_position(cache, time, values):
-    """`cache[:, time] = values` as a masked select: `slice_update` inside a
-    loop does not convert to ONNX, and this keeps the cache's fixed shape."""
-    at_time = ops.reshape(ops.equal(ops.arange(ops.shape(cache)[1]), time), (1, -1, 1, 1))
-    return ops.where(at_time, ops.expand_dims(values, 1), cache)
+    """`cache[:, time] = values` as a scatter of one row per example, the
+    cache's shape fixed: `slice_update` inside a loop does not convert to
+    ONNX (a scatter becomes ScatterND), and a masked `where` over the whole
+    cache, which does, rewrote all of it at every step: a third of a cached
+    greedy step under XLA on a CPU (d 256, 3 layers, batch 64, length 32)."""
+    rows = ops.shape(cache)[0]
+    position = ops.zeros((rows,), "int32") + ops.cast(time, "int32")
+    return ops.scatter_update(cache, ops.stack([ops.arange(rows, dtype="int32"), position], axis=1), values)
 
 
 def _step_self_mask(cache, time):
