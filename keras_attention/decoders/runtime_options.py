@@ -16,6 +16,7 @@ signature cannot leave an input out, an empty tensor can stand for it),
 import dataclasses
 import numbers
 
+import keras
 import numpy as np
 from keras import ops
 
@@ -25,6 +26,7 @@ from keras_attention.decoding import processors, strategies
 from keras_attention.decoding.hashed_random import spread_seed
 
 __all__ = [
+    "RuntimeOptionInputs",
     "FIXED_OPTIONS",
     "RUNTIME_OPTIONS",
     "RuntimeOption",
@@ -289,3 +291,23 @@ def request_values(owner, options, batch, names, specs, defaults):
     if "seed" in values:  # one seed (or the default) for the batch: a stream per row
         values["seed"] = spread_seed(options.get("seed"), values["seed"], batch)
     return values
+
+
+class RuntimeOptionInputs:
+    """What a layer taking run-time options offers an export (a `SearchDecoder`,
+    a `PointerNetwork`): it defines `runtime_options` (the names),
+    `option_defaults()` and `max_length`."""
+
+    def option_specs(self):
+        """{run-time option: {"dtype", "default", "minimum", "strict", "maximum"}}:
+        what an export records for each option input and serving checks."""
+        return {name: option_bounds(name, default, self.max_length) for name, default in self.option_defaults().items()}
+
+    def option_inputs(self):
+        """{option: keras.Input} for each run-time option: optional `(batch,)`
+        inputs named after the options, for a functional model that an
+        export serves (`layer(inputs, options=layer.option_inputs())`)."""
+        return {
+            name: keras.Input((), dtype=RUNTIME_OPTIONS[name].dtype, name=name, optional=True)
+            for name in self.runtime_options
+        }

@@ -15,11 +15,10 @@ from keras import ops
 from keras_attention import _checks
 from keras_attention.decoders.predict_inputs import expand_options
 from keras_attention.decoders.runtime_options import (
-    RUNTIME_OPTIONS,
+    RuntimeOptionInputs,
     check_prefix_values,
     check_runtime_options,
     concrete_values,
-    option_bounds,
     request_values,
 )
 from keras_attention.decoders.search_methods import METHODS, adopt_strategy, keyword_less_fields, strategy_of
@@ -51,7 +50,7 @@ def first_mask(mask):
     return mask
 
 
-class SearchDecoder(keras.layers.Layer):
+class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
     """Base of the in-graph decoders: the search options and the search.
 
     A subclass defines `decode_step(ids, states, prepared, time,
@@ -200,20 +199,6 @@ class SearchDecoder(keras.layers.Layer):
     def _option_holder(self, name):
         """What holds run-time option `name`'s default: its processor, or the decoder (the strategy's fields)."""
         return next((p for p in self.processors if name in {f.name for f in p.runtime_fields}), self)
-
-    def option_specs(self):
-        """{run-time option: {"dtype", "default", "minimum", "strict", "maximum"}}:
-        what an export records for each option input and serving checks."""
-        return {name: option_bounds(name, default, self.max_length) for name, default in self.option_defaults().items()}
-
-    def option_inputs(self):
-        """{option: keras.Input} for each run-time option: optional `(batch,)`
-        inputs named after the options, for a functional model that an
-        export serves (`decoder(memory, options=decoder.option_inputs())`)."""
-        return {
-            name: keras.Input((), dtype=RUNTIME_OPTIONS[name].dtype, name=name, optional=True)
-            for name in self.runtime_options
-        }
 
     def predict_inputs(self, inputs):
         """`inputs` for `Model.predict` with every run-time option written out

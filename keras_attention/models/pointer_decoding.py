@@ -8,14 +8,12 @@ the run-time options an exported pointer model takes as inputs
 (`keras_attention.decoders.runtime_options`) and checked by its functions.
 """
 
-import keras
 from keras import ops
 
 from keras_attention import _checks
 from keras_attention.decoders.runtime_options import (
-    RUNTIME_OPTIONS,
+    RuntimeOptionInputs,
     check_runtime_options,
-    option_bounds,
     request_values,
 )
 from keras_attention.decoding.beams import tile_batch
@@ -48,7 +46,7 @@ def check_pointer_options(owner, names, strategy, max_length):
     return names
 
 
-class PointerDecoding:
+class PointerDecoding(RuntimeOptionInputs):
     """The decoding half of `PointerNetwork` (see it): the step, the search
     and the run-time options. It reads the layer's `max_length`,
     `beam_width`, `length_penalty_weight`, `search` and `runtime_options`."""
@@ -181,20 +179,6 @@ class PointerDecoding:
         if "top_k" in values:
             values["top_k"] = values["top_k"] or 0  # 0 keeps every position
         return values
-
-    def option_specs(self):
-        """{run-time option: {"dtype", "default", "minimum", "strict", "maximum"}}:
-        what an export records for each option input and serving checks."""
-        return {name: option_bounds(name, default, self.max_length) for name, default in self.option_defaults().items()}
-
-    def option_inputs(self):
-        """{option: keras.Input} for each run-time option: optional `(batch,)`
-        inputs named after the options, for a functional model that an
-        export serves (`pointer(inputs, options=pointer.option_inputs())`)."""
-        return {
-            name: keras.Input((), dtype=RUNTIME_OPTIONS[name].dtype, name=name, optional=True)
-            for name in self.runtime_options
-        }
 
     def _option_values(self, options, batch):
         """{run-time option: `(batch,)` tensor}, from the call's `options` and the defaults."""
