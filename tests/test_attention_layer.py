@@ -137,14 +137,33 @@ SCORE_LAYERS = {
 }
 
 
+# The Transformer's building blocks are layers built from attention, not
+# attention mechanisms: they take (inputs[, memory]) rather than the
+# mechanisms' (query, value) convention, and are tested by their own harness
+# rows and tests/test_transformer_layers.py.
+TRANSFORMER_BLOCKS = {
+    "LearnedPositionEmbedding": "positional_learned",
+    "RotaryPositionEmbedding": "positional_rotary",
+    "SinusoidalPositionEncoding": "positional_sinusoidal",
+    "TransformerDecoderLayer": "transformer_decoder",
+    "TransformerDecoderStack": "transformer_decoder",
+    "TransformerEncoderLayer": "transformer_encoder",
+    "TransformerEncoderStack": "transformer_encoder",
+}
+
+
 def test_every_attention_layer_inherits_one_of_the_two_bases():
     layer_classes = {
         name
         for name in ka.layers.__all__
         if issubclass(getattr(ka.layers, name), keras.layers.Layer) and name not in ("AttentionLayer", "BaseAttention")
     }
-    assert layer_classes == set(LAYERS)
-    for name in layer_classes:
+    # Only the Transformer's own modules may hold a public layer that is not a mechanism.
+    for name, module in TRANSFORMER_BLOCKS.items():
+        assert getattr(ka.layers, name).__module__ == f"keras_attention.layers.{module}", name
+        assert not issubclass(getattr(ka.layers, name), ka.AttentionLayer), name
+    assert layer_classes - set(TRANSFORMER_BLOCKS) == set(LAYERS)
+    for name in LAYERS:
         cls = getattr(ka, name)
         assert issubclass(cls, ka.AttentionLayer), name
         assert issubclass(cls, ka.BaseAttention) == (name in SCORE_LAYERS), name
