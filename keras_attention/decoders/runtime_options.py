@@ -311,3 +311,8 @@ class RuntimeOptionInputs:
             name: keras.Input((), dtype=RUNTIME_OPTIONS[name].dtype, name=name, optional=True)
             for name in self.runtime_options
         }
+
+    def _option_values(self, options, batch):
+        """{run-time option: `(batch,)` tensor}, from the call's `options`
+        (a value, `(1,)`, `(batch,)`, empty or None each) and the defaults."""
+        return request_values(self, options, batch, self.runtime_options, self.option_specs(), self.option_defaults())

@@ -19,7 +19,6 @@ from keras_attention.decoders.runtime_options import (
     check_prefix_values,
     check_runtime_options,
     concrete_values,
-    request_values,
 )
 from keras_attention.decoders.search_methods import METHODS, adopt_strategy, keyword_less_fields, strategy_of
 from keras_attention.decoding import LENGTH_CONVENTIONS, strategies, tile_batch
@@ -205,11 +204,6 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
         per example (predict slices each input by rows, so one value for a
         batch cannot go through it): see `predict_inputs.expand_options`."""
         return expand_options(self, inputs)
-
-    def _option_values(self, options, batch):
-        """{run-time option: `(batch,)` tensor}, from the call's `options`
-        (a value, `(1,)`, `(batch,)`, empty or None each) and the defaults."""
-        return request_values(self, options, batch, self.runtime_options, self.option_specs(), self.option_defaults())
 
     def _check_prefix(self, target_prefix, max_length):
         """A forced prefix longer than its example's max_length, or holding

@@ -14,7 +14,6 @@ from keras_attention import _checks
 from keras_attention.decoders.runtime_options import (
     RuntimeOptionInputs,
     check_runtime_options,
-    request_values,
 )
 from keras_attention.decoding.beams import tile_batch
 from keras_attention.decoding.strategies import BeamSearch
@@ -179,7 +178,3 @@ class PointerDecoding(RuntimeOptionInputs):
         if "top_k" in values:
             values["top_k"] = values["top_k"] or 0  # 0 keeps every position
         return values
-
-    def _option_values(self, options, batch):
-        """{run-time option: `(batch,)` tensor}, from the call's `options` and the defaults."""
-        return request_values(self, options, batch, self.runtime_options, self.option_specs(), self.option_defaults())
