@@ -337,18 +337,13 @@ def test_concurrent_calls_from_two_threads_each_read_their_own_memory(caller):
 # ----------------------------------------------------------- Keras integration
 
 
-def seq2seq(cell_kind, vocabulary=12, units=8):
+def seq2seq(vocabulary=12, units=8):
     source = keras.Input((None,), dtype="int32", name="source")
     target = keras.Input((None,), dtype="int32", name="target")
     memory = keras.layers.Bidirectional(keras.layers.GRU(units // 2, return_sequences=True))(
         keras.layers.Embedding(vocabulary, 5, mask_zero=True)(source)
     )
-    attention = ka.AdditiveAttention(6)
-    cell = {
-        "gru": lambda: ka.AttentionGRUCell(units, attention),
-        "lstm": lambda: ka.AttentionLSTMCell(units, attention),
-        "wrapper": lambda: ka.AttentionWrapper(keras.layers.GRUCell(units), attention, attention_layer_size=units),
-    }[cell_kind]()
+    cell = ka.AttentionGRUCell(units, ka.AdditiveAttention(6))
     outputs = ka.AttentionDecoder(cell, name="decoder")(
         keras.layers.Embedding(vocabulary, 5, mask_zero=True)(target), memory
     )
@@ -361,10 +356,14 @@ def seq2seq(cell_kind, vocabulary=12, units=8):
     "TensorFlow's; on JAX and PyTorch test_layer_discipline's fit test trains every cell (its AttentionDecoder "
     "rows) on batches of varying sizes and lengths",
 )
-@pytest.mark.parametrize("cell_kind", ["gru", "lstm", "wrapper"])
-def test_trains_with_xla_and_unknown_lengths(cell_kind):
+def test_trains_with_xla_and_unknown_lengths():
+    # One cell here: the layer harness's fit test already trains each cell
+    # (its decoder_gru_additive, decoder_lstm_scaled_dot and
+    # decoder_wrapper_monotonic rows) under XLA over a tf.data pipeline of
+    # unknown shapes; this adds the whole seq2seq model (a bidirectional
+    # encoder, masked embeddings, SequenceLoss). The three cells took 431 s.
     rng = np.random.default_rng(6)
-    model = seq2seq(cell_kind)
+    model = seq2seq()
     model.compile(keras.optimizers.Adam(0.02), ka.SequenceLoss(), jit_compile=True)
     batches = []
     for batch, source_length, target_length in ((8, 7, 5), (6, 4, 6), (8, 9, 3)):

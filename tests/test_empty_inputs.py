@@ -1,16 +1,13 @@
 """Empty inputs: a batch of 0, a memory of length 0, no queries, every
 position masked. Every layer returns its documented zero context (zero
-weights, zero output rows) eagerly, in a compiled predict, and exported."""
+weights, zero output rows) eagerly; test_empty_inputs_exported.py runs the
+same cases in a compiled predict and in the exported models."""
 
-import keras
 import numpy as np
-import onnxruntime
 import pytest
-import tensorflow as tf
 
-from keras_attention.export import export_model
 from tests import layer_cases
-from tests.layer_cases import DRIVERS, check_results, driver_params
+from tests.layer_cases import check_results, driver_params
 
 # (batch, Tq, Tv) and whether every position is masked.
 EMPTY = {
@@ -81,61 +78,3 @@ def test_eagerly(driver, case):
             driver.run(layer, *inputs)
         return
     _check(driver, driver.run(layer, *inputs), *inputs[2:])
-
-
-# Sampling draws from a seed generator, a variable updated in the graph,
-# which does not convert to ONNX (with a run-time seed it draws from a hash
-# of the seeds instead, and is exported here); TargetedAttention refuses, eagerly, the
-# empty target spans of an empty memory (see REFUSED), and the export checks
-# the model eagerly: the exported model leaves those out.
-MODEL_DRIVERS = [
-    d for d in DRIVERS.values() if d.id != "pointer_network" and not d.random and not d.id.startswith("targeted")
-]
-
-
-NAMES = ["query", "value", "query_valid", "value_valid"]
-
-
-@pytest.fixture(scope="module")
-def model_and_export(tmp_path_factory):
-    keras.utils.set_random_seed(3)
-    model, _ = layer_cases.functional_model(MODEL_DRIVERS)
-    rng = np.random.default_rng(1)
-    ordinary = [dict(zip(NAMES, layer_cases.data(rng, *shape))) for shape in ((2, 3, 4), (1, 2, 9))]
-    model(ordinary[0])
-    directory = tmp_path_factory.mktemp("empty") / "export"
-    # export_model verifies both artifacts against Keras on these batches:
-    # the export parity of every row, on ordinary batches and empty ones.
-    samples = ordinary + [dict(zip(NAMES, _inputs(case))) for case in ("batch_0", "memory_0", "all_masked")]
-    report = export_model(model, directory, sample_inputs=samples, atol=1e-5)
-    assert report.ok
-    return model, directory
-
-
-def _split(outputs):
-    results = {}
-    for key, value in outputs.items():
-        driver_id, name = key.split("__")
-        results.setdefault(driver_id, {})[name] = value
-    return results
-
-
-@pytest.mark.parametrize("case", ["batch_0", "memory_0", "all_masked"])
-def test_in_predict_and_exported(model_and_export, case):
-    model, directory = model_and_export
-    inputs = _inputs(case)
-    feed = dict(zip(NAMES, inputs))
-    predicted = _split(model.predict_on_batch(feed))
-    session = onnxruntime.InferenceSession(str(directory / "model.onnx"), providers=["CPUExecutionProvider"])
-    from_onnx = _split(dict(zip([o.name for o in session.get_outputs()], session.run(None, feed))))
-    restored = tf.saved_model.load(str(directory / "saved_model"))
-    served = restored.signatures["serving_default"](**{k: tf.constant(v) for k, v in feed.items()})
-    from_saved_model = _split({k: np.asarray(v) for k, v in served.items()})
-    for driver in MODEL_DRIVERS:
-        for results in (predicted, from_onnx, from_saved_model):
-            _check(driver, results[driver.id], *inputs[2:])
-        for name, want in predicted[driver.id].items():
-            np.testing.assert_allclose(from_onnx[driver.id][name], want, atol=1e-5, err_msg=f"{driver.id} {name} onnx")
-            np.testing.assert_allclose(
-                from_saved_model[driver.id][name], want, atol=1e-5, err_msg=f"{driver.id} {name} saved_model"
-            )

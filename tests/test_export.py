@@ -591,6 +591,54 @@ def test_a_select_discards_nan_and_inf_in_onnx_as_in_keras(tmp_path):
     assert [n.op_type for n in graph.node].count("Where") == 2
 
 
+class _FailingPass:
+    """A tf2onnx optimizer pass that raises, counting the graphs it saw."""
+
+    calls = []
+
+    def optimize(self, graph, iteration):
+        self.calls.append(os.environ.get("TF2ONNX_CATCH_ERRORS"))
+        raise RuntimeError("a pass that fails")
+
+
+def test_tf2onnx_passes_run_without_graph_copies_and_a_failing_pass_is_skipped(tmp_path, monkeypatch):
+    import tf2onnx.optimizer
+
+    # No pass fails: one conversion, the passes on the graph itself (the
+    # switch set while converting), the user's environment left as it was.
+    seen = []
+    optimize_graph = tf2onnx.optimizer.optimize_graph
+    monkeypatch.setattr(
+        tf2onnx.optimizer,
+        "optimize_graph",
+        lambda graph, catch_errors=True, optimizers=None: (
+            seen.append(catch_errors) or optimize_graph(graph, catch_errors, optimizers)
+        ),
+    )
+    monkeypatch.delenv("TF2ONNX_CATCH_ERRORS", raising=False)
+    export_model(small_model(), tmp_path / "plain", formats=["onnx"])
+    assert seen == [False] and "TF2ONNX_CATCH_ERRORS" not in os.environ
+
+    # A pass that raises: converted again with tf2onnx's own safety net,
+    # which skips that pass; the file is still verified against Keras.
+    seen.clear()
+    _FailingPass.calls.clear()
+    get_optimizers = tf2onnx.optimizer._get_optimizers
+    passes = dict(get_optimizers(), failing=_FailingPass)
+    monkeypatch.setattr(tf2onnx.optimizer, "_get_optimizers", lambda: passes)
+    report = export_model(small_model(), tmp_path / "fallback", formats=["onnx"])
+    assert report.ok and seen == [False, True]
+    assert _FailingPass.calls[0] == "FALSE" and None in _FailingPass.calls[1:]
+    assert "TF2ONNX_CATCH_ERRORS" not in os.environ
+
+    # A user who set the switch keeps their choice: one conversion.
+    seen.clear()
+    monkeypatch.setenv("TF2ONNX_CATCH_ERRORS", "TRUE")
+    monkeypatch.setattr(tf2onnx.optimizer, "_get_optimizers", get_optimizers)
+    export_model(small_model(), tmp_path / "user", formats=["onnx"])
+    assert len(seen) == 1 and os.environ["TF2ONNX_CATCH_ERRORS"] == "TRUE"
+
+
 def test_a_parity_failure_names_the_output_and_nothing_is_left(tmp_path, monkeypatch):
     # A Keras reference that drifts by 0.5 stands in for a real numerical mismatch.
     call_keras = export_signatures.Signature.call_keras

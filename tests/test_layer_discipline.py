@@ -390,5 +390,5 @@ def test_functional_model_with_unknown_lengths_fits_with_xla(case):
         assert not np.allclose(old, new.numpy()), f"{new.path} did not train"
 
 
-# Export parity of every row (one model, one export): test_empty_inputs.py,
+# Export parity of every row (each exported alone): test_empty_inputs_exported.py,
 # on ordinary batches of two sizes and on empty ones.

@@ -1,8 +1,10 @@
 """ONNX conversion with tf2onnx, the checks on its file, and errors that
 name the TensorFlow ops that did not convert."""
 
+import contextlib
 import json
 import logging
+import os
 import re
 
 import keras
@@ -144,13 +146,59 @@ def _selects_stay_selects(graph, nodes):
     return nodes
 
 
+# tf2onnx's switch for its optimizer: set (to any value), the passes run on
+# the graph itself instead of on a deep copy made before each pass.
+_CATCH_ERRORS = "TF2ONNX_CATCH_ERRORS"
+
+
+@contextlib.contextmanager
+def _optimizer_on_the_graph():
+    saved = os.environ.get(_CATCH_ERRORS)
+    os.environ[_CATCH_ERRORS] = "FALSE"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(_CATCH_ERRORS, None)
+        else:
+            os.environ[_CATCH_ERRORS] = saved
+
+
+def _convert(function, signature, opset, collector):
+    """tf2onnx's model proto of `function`.
+
+    By default tf2onnx deep-copies the whole graph before each of its dozen
+    optimizer passes, every round, so that a pass that raises can be undone.
+    On a decoder with its loop inside that copying is most of the export
+    (measured: 246 of 676 s for the test suite's exported decoders). The
+    passes run on the graph itself first; only if that raises is the
+    conversion redone the careful way, which skips the failing pass, as
+    before. A user who set TF2ONNX_CATCH_ERRORS keeps their choice.
+    """
+    import tf2onnx
+
+    def convert():
+        model_proto, _ = tf2onnx.convert.from_function(
+            function, input_signature=signature.input_specs, opset=opset, custom_rewriter=[_selects_stay_selects]
+        )
+        return model_proto
+
+    if _CATCH_ERRORS in os.environ:
+        return convert()
+    try:
+        with _optimizer_on_the_graph():
+            return convert()
+    except Exception:
+        collector.messages.clear()
+        return convert()
+
+
 def _export_onnx(signature, function, path, opset, lengths_from=None, directions=None):
     """Convert `function` (the signature traced) with tf2onnx, check and save
     the file, and return its onnxruntime session. With `lengths_from`, the
     function was traced with its recurrent layers' masks withheld, and the
     fused nodes read that input's lengths (`fused_rnn.fuse`)."""
     import onnx
-    import tf2onnx
 
     from keras_attention.export import fused_rnn
 
@@ -160,9 +208,7 @@ def _export_onnx(signature, function, path, opset, lengths_from=None, directions
     # tf2onnx logs every unsupported op and carries on; collect instead of printing.
     propagate, logger.propagate = logger.propagate, False
     try:
-        model_proto, _ = tf2onnx.convert.from_function(
-            function, input_signature=signature.input_specs, opset=opset, custom_rewriter=[_selects_stay_selects]
-        )
+        model_proto = _convert(function, signature, opset, collector)
     except Exception as error:
         raise _conversion_error(signature, opset, [], collector.messages, error) from error
     finally:
