@@ -124,7 +124,6 @@ def settings_record(settings, split, beam_width):
         **settings,
         "beam_width": beam_width,
         "words": {side: len(lexicon) for side, lexicon in split.items()},
-        "model_defaults_from": "keras_attention.g2p.model.ModelConfig",
     }
 
 
@@ -145,7 +144,7 @@ def check_resumable(out, record):
 
 def describe(settings):
     """The settings on one line, for the start of training."""
-    model, training = settings["model"], settings["training"]
+    training = settings["training"]
     fields = dataclasses.asdict(configs(settings, settings["beam_width"])[0])
     return (
         f"settings: ensemble of {settings['ensemble']}, encoder 2x{fields['encoder_units']}, "
@@ -154,5 +153,4 @@ def describe(settings):
         f"(patience {training.get('patience')}, not before {training.get('min_epochs', 0)}), "
         f"normalization {settings['normalization']}, beam {settings['beam_width']}"
         + (f"; about {settings['estimated_minutes']} min of training" if "estimated_minutes" in settings else "")
-        + (f"; model {model}" if not model else "")
     )
