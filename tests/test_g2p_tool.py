@@ -165,6 +165,22 @@ def error_lines(completed):
     return [line for line in completed.stderr.splitlines() if line.startswith("error:")]
 
 
+def g2p_here(capsys, *arguments, check=True):
+    """The command's `main` in this process (TensorFlow is imported already: seconds saved a call)."""
+    from keras_attention.g2p.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main([str(argument) for argument in arguments])
+    except SystemExit as exit:  # argparse's refusals
+        code = exit.code
+    captured = capsys.readouterr()
+    completed = subprocess.CompletedProcess(arguments, code, captured.out, captured.err)
+    if check:
+        assert code == 0, captured.out[-3000:] + captured.err[-3000:]
+    return completed
+
+
 @pytest.mark.parametrize(
     "content, expected",
     [
@@ -215,41 +231,44 @@ def test_train_writes_the_model_directory_and_prints_its_settings(trained):
     assert (model / "member_0" / "results.json").is_file()
 
 
-def test_apply_prints_n_best_lines_best_first_and_reports_unknown_letters(trained):
+def test_apply_prints_n_best_lines_best_first_and_reports_unknown_letters(trained, capsys):
     model, _, words, _ = trained
-    completed = g2p("apply", "--model", model, "read", words[0], "zebra", "--nbest", 2)
+    completed = g2p_here(capsys, "apply", "--model", model, "read", words[0], "zebra", "--nbest", 2)
     rows = [line.split("\t") for line in completed.stdout.splitlines()]
     assert [row[0] for row in rows] == ["read", "read", words[0], words[0]]
     scores = [float(row[1]) for row in rows]
     assert scores[0] >= scores[1] and scores[2] >= scores[3] and max(scores) <= 0.0
     assert {rows[0][2], rows[1][2]} == {"R IY D", "R EH D"} and rows[2][2] == " ".join(words[0].upper())
     assert "skipped 1 word(s) with letters the model never saw: 'zebra' (z)" in completed.stderr
-    greedy = g2p("apply", "--model", model, "--beam", 1, "read").stdout.split("\t")
+    greedy = g2p_here(capsys, "apply", "--model", model, "--beam", 1, "read").stdout.split("\t")
     assert greedy[0] == "read" and greedy[2].strip() in {"R IY D", "R EH D"}
-    refused = g2p("apply", "--model", model, "read", "--beam", 3, check=False)
+    refused = g2p_here(capsys, "apply", "--model", model, "read", "--beam", 3, check=False)
     assert refused.returncode == 2 and error_lines(refused) == [
         "error: --beam: this model's pronouncer searches with 1 (greedy) or 5 beams; got 3"
     ]
 
 
-def test_evaluate_agrees_with_what_apply_prints(trained, tmp_path):
+def test_evaluate_agrees_with_what_apply_prints(trained, tmp_path, capsys):
     model, path, words, _ = trained
     # Two words right, one wrong on purpose, one unpronounceable (counted wrong).
     best = {
-        row.split("\t")[0]: row.split("\t")[2] for row in g2p("apply", "--model", model, *words[:3]).stdout.splitlines()
+        row.split("\t")[0]: row.split("\t")[2]
+        for row in g2p_here(capsys, "apply", "--model", model, *words[:3]).stdout.splitlines()
     }
     test = write(
         tmp_path,
         "test.tsv",
         f"{words[0]}\t{best[words[0]]}\n{words[1]}\t{best[words[1]]}\n{words[2]}\tX X\nzoo\tZ UW\n",
     )
-    completed = g2p("evaluate", "--model", model, "--test", test)
+    completed = g2p_here(capsys, "evaluate", "--model", model, "--test", test)
     assert completed.stdout.startswith("WER 50.00% PER ")
     assert "on 4 words (1 not pronounced: unknown letters, counted wrong)" in completed.stdout
-    assert g2p("evaluate", "--model", model, "--test", path).stdout.startswith("WER 0.00% PER 0.00% on 51 words")
+    assert g2p_here(capsys, "evaluate", "--model", model, "--test", path).stdout.startswith(
+        "WER 0.00% PER 0.00% on 51 words"
+    )
 
 
-def test_the_command_refuses_what_it_cannot_use_in_one_line(trained, tmp_path):
+def test_the_command_refuses_what_it_cannot_use_in_one_line(trained, tmp_path, capsys):
     model, path, _, _ = trained
     cases = [
         (
@@ -262,8 +281,13 @@ def test_the_command_refuses_what_it_cannot_use_in_one_line(trained, tmp_path):
             ("train", "--lexicon", path, "--out", tmp_path / "m", "--compare-phonetisaurus"),
             "error: --compare-phonetisaurus: expected --test FILE to compare on; got none",
         ),
+        (
+            # The model directory resumes the same run only.
+            ("train", "--lexicon", path, "--dev", path, "--test", path, "--out", model, "--smoke", "--beam", 3),
+            f"error: --out: {str(model)!r} holds a run with other settings or data (differing: beam_width)",
+        ),
     ]
     for arguments, expected in cases:
-        completed = g2p(*arguments, check=False)
+        completed = g2p_here(capsys, *arguments, check=False)
         assert completed.returncode == 2 and "Traceback" not in completed.stderr, arguments
         assert len(error_lines(completed)) == 1 and error_lines(completed)[0].startswith(expected), completed.stderr
