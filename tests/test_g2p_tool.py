@@ -111,10 +111,13 @@ def test_the_rule_at_sigmorphon_sizes_is_the_sigmorphon_runs():
 def test_a_small_lexicon_gets_enough_updates_and_patience():
     chosen = settings.choose(800, set("abc"))
     training = chosen["training"]
-    # 800 words in batches of 16: 50 updates an epoch; 55 epochs = 2,750 updates, patience 750 updates.
-    assert training == {"batch_size": 16, "epochs": 55, "patience": 15, "min_epochs": 28}
+    # 800 words in batches of 16: 50 updates a pass, 3 passes an epoch; 22 epochs = 3,300 updates,
+    # patience 6 epochs = 900 updates, never before epoch 11.
+    assert training == {"batch_size": 16, "passes_per_epoch": 3, "epochs": 22, "patience": 6, "min_epochs": 11}
     assert chosen["ensemble"] == 4 and chosen["model"]["dropout"] == 0.3
-    assert settings.choose(500, set("a"))["training"]["epochs"] == 86
+    assert settings.choose(500, set("a"))["training"]["passes_per_epoch"] == 4
+    assert settings.choose(50, set("a"))["training"]["passes_per_epoch"] == 32
+    assert settings.choose(8000, set("a"))["training"]["passes_per_epoch"] == 1
 
 
 def test_the_rule_is_monotone_in_the_lexicon_size():
@@ -124,7 +127,10 @@ def test_the_rule_is_monotone_in_the_lexicon_size():
     units = [c["model"]["encoder_units"] for c in chosen]
     dropouts = [c["model"]["dropout"] for c in chosen]
     ensembles = [c["ensemble"] for c in chosen]
-    updates = [c["training"]["epochs"] * -(-n // c["training"]["batch_size"]) for n, c in zip(sizes, chosen)]
+    updates = [
+        c["training"]["epochs"] * c["training"]["passes_per_epoch"] * -(-n // c["training"]["batch_size"])
+        for n, c in zip(sizes, chosen)
+    ]
     assert batches == sorted(batches) and units == sorted(units)
     assert dropouts == sorted(dropouts, reverse=True) and ensembles == sorted(ensembles, reverse=True)
     assert min(updates) >= settings.MIN_UPDATES and updates[-1] == max(updates)
@@ -132,13 +138,14 @@ def test_the_rule_is_monotone_in_the_lexicon_size():
 
 def test_a_time_budget_shrinks_the_ensemble_then_the_epochs():
     free = settings.choose(8000, set("a"))
-    assert free["estimated_minutes"] == pytest.approx(2 * 22 * 125 * 0.05588 / 60, abs=0.1)
-    assert settings.choose(8000, set("a"), minutes=60)["ensemble"] == 4
-    tight = settings.choose(8000, set("a"), minutes=4)
+    # Two rounds of two models side by side: 2,750 updates of 0.05588 s, 22 epochs of 2 s, 30 s a model.
+    assert free["estimated_minutes"] == pytest.approx(2 * (2750 * 0.05588 + 22 * 2 + 30) / 60, abs=0.1)
+    assert settings.choose(8000, set("a"), minutes=9)["ensemble"] == 4
+    tight = settings.choose(8000, set("a"), minutes=6)
     assert tight["ensemble"] == 2 and tight["training"]["epochs"] == 22
-    tighter = settings.choose(8000, set("a"), minutes=2)
-    assert tighter["ensemble"] == 1 and tighter["training"]["epochs"] < 22
-    assert tighter["estimated_minutes"] <= 1.0 and tighter["training"]["max_minutes"] == 1.0
+    tighter = settings.choose(8000, set("a"), minutes=3)
+    assert tighter["ensemble"] == 1 and tighter["training"]["epochs"] == 10
+    assert tighter["estimated_minutes"] <= 2.0 and tighter["training"]["max_minutes"] == 2.0
     with pytest.raises(ValueError, match=r"choose: `minutes` must be a positive number of minutes or None; got 0"):
         settings.choose(100, set("a"), minutes=0)
     with pytest.raises(ValueError, match=r"choose: `train_words` must be a positive integer; got 0"):

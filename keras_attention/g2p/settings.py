@@ -8,6 +8,10 @@ Unicode normalization:
 - model: the decoder without input feeding ("luong"), a 2x128 BiLSTM encoder
   and a 256-unit decoder; from 60,000 words (CMUdict's size) 2x192 and 384;
 - batch: 16 words under 1,500, 32 under 4,000, 64 under 20,000, then 128;
+- an epoch of at least 125 updates (the 8,000-word runs' epoch): a
+  smaller lexicon is passed over several times an epoch, so that the
+  epoch's fixed costs (dev scoring, the backup) stay small beside its
+  training, and patience and the schedule mean what they mean at 8,000;
 - epochs: 22 (12 from 20,000 words, 13 from 60,000), and more where that
   is under 2,750 updates (the 8,000-word SIGMORPHON runs' 22 epochs of 125),
   so a small lexicon is seen many times instead of stopping after a few
@@ -34,6 +38,12 @@ import math
 LARGE_WORDS = 60_000  # CMUdict's size class
 MEDIUM_WORDS = 20_000  # above: SIGMORPHON's high-resource size class
 MIN_UPDATES = 2_750
+EPOCH_UPDATES = 125  # an epoch of the 8,000-word runs; smaller lexicons pass over their words several times an epoch
+# Seconds an epoch costs besides its updates (dev scoring, the backup, saving the best weights).
+EPOCH_SECONDS = 2.0
+# Seconds a model costs besides its epochs: its process's start, and tracing the training step
+# for the batch shapes it meets (on 400 words, 13 epochs of 25 updates took 105 s on a loaded machine).
+MODEL_SECONDS = 30.0
 PATIENCE_UPDATES = 750
 # Minutes for export, process start-up and test scoring, outside the training budget.
 OVERHEAD_MINUTES = 1.0
@@ -50,18 +60,23 @@ def seconds_per_update(batch, large):
     return (0.013 + 0.00067 * batch) * (1.4 if large else 1.0)
 
 
-def _updates_per_epoch(train_words, batch):
+def _updates_per_pass(train_words, batch):
     return max(1, math.ceil(train_words / batch))
+
+
+def passes_per_epoch(train_words, batch):
+    return max(1, math.ceil(EPOCH_UPDATES / _updates_per_pass(train_words, batch)))
 
 
 def estimate_seconds(train_words, settings, cores=2):
     """Training seconds of `settings` on `train_words` words: each model's
     updates, rounds of `cores` models side by side."""
-    batch = settings["training"]["batch_size"]
+    training = settings["training"]
+    batch, epochs = training["batch_size"], training["epochs"]
     large = settings["model"]["encoder_units"] > 128
-    updates = settings["training"]["epochs"] * _updates_per_epoch(train_words, batch)
+    updates = epochs * training.get("passes_per_epoch", 1) * _updates_per_pass(train_words, batch)
     rounds = math.ceil(settings["ensemble"] / min(settings["ensemble"], cores))
-    return rounds * updates * seconds_per_update(batch, large)
+    return rounds * (updates * seconds_per_update(batch, large) + epochs * EPOCH_SECONDS + MODEL_SECONDS)
 
 
 def _stopping(epochs, updates_per_epoch, patience_epochs):
@@ -82,7 +97,8 @@ def choose(train_words, alphabet, minutes=None, cores=2):
         raise ValueError(f"choose: `minutes` must be a positive number of minutes or None; got {minutes!r}.")
     large, medium = train_words >= LARGE_WORDS, train_words >= MEDIUM_WORDS
     batch = batch_size(train_words)
-    per_epoch = _updates_per_epoch(train_words, batch)
+    passes = passes_per_epoch(train_words, batch)
+    per_epoch = passes * _updates_per_pass(train_words, batch)
     epochs = max(13 if large else 12 if medium else 22, math.ceil(MIN_UPDATES / per_epoch))
     patience_epochs = 4 if medium else 6
     settings = {
@@ -92,7 +108,7 @@ def choose(train_words, alphabet, minutes=None, cores=2):
             decoder_units=384 if large else 256,
             dropout=0.2 if medium else 0.3,
         ),
-        "training": dict(batch_size=batch, **_stopping(epochs, per_epoch, patience_epochs)),
+        "training": dict(batch_size=batch, passes_per_epoch=passes, **_stopping(epochs, per_epoch, patience_epochs)),
         "ensemble": 2 if medium else 4,
         "normalization": None if all(char.isascii() for char in alphabet) else "NFD",
     }
@@ -101,10 +117,11 @@ def choose(train_words, alphabet, minutes=None, cores=2):
         while settings["ensemble"] > 1 and estimate_seconds(train_words, settings, cores) > budget:
             settings["ensemble"] //= 2
         estimate = estimate_seconds(train_words, settings, cores)
-        if estimate > budget:
-            epochs = max(1, math.floor(epochs * budget / estimate))
-            settings["training"].update(_stopping(epochs, per_epoch, patience_epochs))
         rounds = math.ceil(settings["ensemble"] / min(settings["ensemble"], cores))
+        if estimate > budget:
+            fixed = rounds * MODEL_SECONDS  # paid whatever the epochs
+            epochs = max(1, math.floor(epochs * max(budget - fixed, 0) / (estimate - fixed)))
+            settings["training"].update(_stopping(epochs, per_epoch, patience_epochs))
         settings["training"]["max_minutes"] = round(budget / 60 / rounds, 2)
     settings["estimated_minutes"] = round(estimate_seconds(train_words, settings, cores) / 60, 1)
     return settings

@@ -27,6 +27,10 @@ class TrainConfig:
     patience: int = 4  # epochs without a better dev score (WER, then PER) before stopping
     min_epochs: int = 0  # never stopped early before this many epochs
     max_minutes: float = 0.0  # stop at an epoch's end once this much training time is spent (0: no limit)
+    # Passes over the training words in one epoch: a small lexicon's epoch
+    # is a few dozen updates, and each epoch's fixed cost (dev scoring, the
+    # backup, the weight average's swap) would outweigh its training.
+    passes_per_epoch: int = 1
     seed: int = 0
     jit: bool = False
 
@@ -134,6 +138,7 @@ def train(trainer, greedy, data, letters, phones, config, out, verbose=None, lab
     models; a killed run resumes from `out/backup`. With a `label`, one line
     per epoch names it (for models training side by side)."""
     inputs, targets = teacher_forcing_data(data["train"], letters, phones)
+    inputs, targets = tuple(rows * config.passes_per_epoch for rows in inputs), targets * config.passes_per_epoch
     # The read-out is a Sequential, which drops the Keras mask: weigh the
     # loss by the real target steps instead.
     batches = LengthBucketedBatches(inputs, targets, batch_size=config.batch_size, seed=config.seed, weigh_targets=True)
