@@ -136,6 +136,19 @@ def test_the_rule_is_monotone_in_the_lexicon_size():
     assert min(updates) >= settings.MIN_UPDATES and updates[-1] == max(updates)
 
 
+def test_a_model_the_budget_stopped_unconverged_is_reported():
+    from keras_attention.g2p.train_command import budget_cut
+
+    config = TrainConfig(epochs=22, min_epochs=11)
+    done = {"epochs": 22, "best_epoch": {"dev_wer": 30.0}}
+    assert budget_cut([done, {"epochs": 12, "best_epoch": {"dev_wer": 40.0}}], config) is None
+    cut = budget_cut([done, {"epochs": 2, "best_epoch": {"dev_wer": 98.0}}], config)
+    assert cut == (
+        "the time budget stopped 1 of 2 models after 2 of 22 epochs, before they could converge "
+        "(dev WER 98%); give --minutes more time"
+    )
+
+
 def test_a_time_budget_shrinks_the_ensemble_then_the_epochs():
     free = settings.choose(8000, set("a"))
     # Two rounds of two models side by side: 2,750 updates of 0.05588 s, 22 epochs of 2 s, 30 s a model.

@@ -141,6 +141,8 @@ def smoke():
             label_smoothing=0.0,
             ema_epochs=0.0,
             patience=60,
+            min_epochs=0,
+            passes_per_epoch=1,
         ),
         "ensemble": 1,
         "normalization": None,

@@ -52,6 +52,22 @@ def best_pronunciations(pronouncer, words):
     return {word: found[0][1] if found else [] for word, found in pronouncer.pronounce(words).items()}
 
 
+def budget_cut(member_results, train_config):
+    """A warning when the time budget stopped models before they could
+    converge (fewer epochs than `min_epochs`, which patience never stops
+    before), or None."""
+    least = min(train_config.min_epochs, train_config.epochs)
+    cut = [member for member in member_results if member["epochs"] < least]
+    if not cut:
+        return None
+    epochs = ", ".join(str(member["epochs"]) for member in cut)
+    best = ", ".join(f"{member['best_epoch']['dev_wer']:.0f}%" for member in cut if member.get("best_epoch"))
+    return (
+        f"the time budget stopped {len(cut)} of {len(member_results)} models after {epochs} of "
+        f"{train_config.epochs} epochs, before they could converge (dev WER {best}); give --minutes more time"
+    )
+
+
 def _train_models(split, letters, phones, model_config, train_config, ensemble, out):
     from keras_attention.g2p.members import finished_results, load_members, member_directory, train_member
     from keras_attention.g2p.members import train_members as train_side_by_side
@@ -86,6 +102,9 @@ def train(split, settings, out, compare_phonetisaurus=False):
         split, letters, phones, model_config, train_config, settings["ensemble"], out
     )
     train_seconds = time.perf_counter() - begin
+    cut = budget_cut(member_results, train_config)
+    if cut:
+        print(f"warning: {cut}", file=sys.stderr, flush=True)
     greedy, beam = g2p_model.together(members, phones, model_config)
     words = sorted(split["dev"]) + sorted(split["train"])
     print("exporting the pronouncer to ONNX ...", flush=True)
@@ -99,6 +118,8 @@ def train(split, settings, out, compare_phonetisaurus=False):
         ],
         "train_wall_seconds": round(train_seconds, 1),
     }
+    if cut:
+        results["time_budget_warning"] = cut
     for side in ("dev", "test"):
         if split.get(side):
             measured = rates(best_pronunciations(pronouncer, list(split[side])), split[side])
