@@ -1,6 +1,6 @@
 """Measure 7: the G2P model's design choices, on real CMUdict batches.
 
-The model is the flagship example's (examples/g2p/model.py: embedding 64,
+The model is the flagship example's (keras_attention/g2p/model.py: embedding 64,
 2-layer BiLSTM encoder of 128 per direction, LSTM decoder of 256, additive
 attention of 128, dropout 0.2), fed length-bucketed batches of 128 CMUdict
 training words (`LengthBucketedBatches`, as the example trains).
@@ -33,9 +33,10 @@ TINY_MODEL = dict(embedding=8, encoder_units=8, encoder_layers=1, decoder_units=
 
 
 def _example():
-    from examples.g2p import data, model, train, training
+    from examples.g2p import data
+    from keras_attention.g2p import model, training, vocabularies
 
-    return data, model, train, training
+    return data, model, vocabularies, training
 
 
 def _no_attention_trainer(letters, phones, config):
@@ -73,11 +74,11 @@ def run(quick, log, repeats=None):
     import keras_attention as ka
     from keras_attention.batching import LengthBucketedBatches
 
-    data, g2p_model, train, training = _example()
+    data, g2p_model, vocabularies, training = _example()
     cfg = QUICK if quick else FULL
     repeats = repeats or (2 if quick else 7)
     split = data.cmudict_split()
-    letters, phones = train.vocabularies(split["train"])
+    letters, phones = vocabularies.vocabularies(split["train"])
     words = dict(list(split["train"].items())[: cfg["batch"] * cfg["fit_batches"]])
     inputs, targets = training.teacher_forcing_data(words, letters, phones)
     batches = LengthBucketedBatches(inputs, targets, batch_size=cfg["batch"], seed=0, weigh_targets=True)

@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from keras_attention.g2p import bidirectional, lexicon, phones
 from keras_attention.text import Vocabulary
 from tests import examples
 
 data = examples.load("g2p.data")
-phones = examples.load("g2p.phones")
 
 
 def run(*arguments, timeout=1200):
@@ -78,7 +78,7 @@ def test_smoke_model_memorises_its_fifty_words_and_exports_with_parity(cmudict_s
 
 def test_serve_command_pronounces_a_word_list(cmudict_smoke, tmp_path):
     out, _, _ = cmudict_smoke
-    words = sorted(data.subset(data.cmudict_split()["train"], 50))[:5]
+    words = sorted(lexicon.subset(data.cmudict_split()["train"], 50))[:5]
     (tmp_path / "words.txt").write_text("\n".join(words) + "\n")
     completed = examples.run(
         examples.SERVE,
@@ -90,9 +90,9 @@ def test_serve_command_pronounces_a_word_list(cmudict_smoke, tmp_path):
     )
     lines = completed.stdout.splitlines()
     assert [line.split("\t")[0] for line in lines] == words
-    lexicon = data.cmudict_split()["train"]
+    train_words = data.cmudict_split()["train"]
     # The memorised words come back as their phones, separated by spaces.
-    right = sum(line.split("\t")[1].split() in lexicon[line.split("\t")[0]] for line in lines)
+    right = sum(line.split("\t")[1].split() in train_words[line.split("\t")[0]] for line in lines)
     assert right >= 4
 
 
@@ -141,7 +141,6 @@ class _TableTrainer:
 
 
 def test_bidirectional_pronouncer_picks_the_best_mean_score_among_both_directions_proposals():
-    bidirectional = examples.load("g2p.bidirectional")
     letters = Vocabulary.build(["ab", "ba"], unknown_token="<unk>")
     phone_vocabulary = Vocabulary.build(["A B C"], separator=" ", start_token="<s>", end_token="</s>")
     forward_beam = _FixedBeam({"ab": [(["A", "B"], -0.1), (["A", "C"], -2.0)], "ba": [(["B"], -0.5)]}, phone_vocabulary)
@@ -179,7 +178,6 @@ def test_bidirectional_pronouncer_never_elects_an_empty_pronunciation():
     # A model that never learnt (one of four, say) ends at once: its beam
     # proposes the empty pronunciation, which every flat-scoring model finds
     # likelier than any real one (one step against several).
-    bidirectional = examples.load("g2p.bidirectional")
     letters = Vocabulary.build(["ab"], unknown_token="<unk>")
     phone_vocabulary = Vocabulary.build(["A B"], separator=" ", start_token="<s>", end_token="</s>")
     learnt = _FixedBeam({"ab": [(["A", "B"], -0.2), (["A"], -3.0)]}, phone_vocabulary)

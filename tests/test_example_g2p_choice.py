@@ -4,11 +4,11 @@ system chosen on dev among the ways an ensemble can pronounce (issue 34, item 15
 import numpy as np
 import pytest
 
+from keras_attention.g2p import lexicon, training
 from tests import examples
 
 choice = examples.load("g2p.choice")
 data = examples.load("g2p.data")
-training = examples.load("g2p.training")
 
 
 def fixed(predictions):
@@ -164,17 +164,17 @@ def test_a_model_is_kept_and_trained_on_while_its_dev_per_falls_under_a_flat_wer
 
 
 def test_a_small_lexicon_is_a_seeded_sample_of_the_training_words():
-    lexicon = {f"w{i:03d}": [["P", str(i)]] for i in range(100)}
-    small = data.sample(lexicon, 10, seed=3)
-    assert len(small) == 10 and all(small[word] == lexicon[word] for word in small)
-    assert small == data.sample(lexicon, 10, seed=3) and small != data.sample(lexicon, 10, seed=4)
+    words = {f"w{i:03d}": [["P", str(i)]] for i in range(100)}
+    small = lexicon.sample(words, 10, seed=3)
+    assert len(small) == 10 and all(small[word] == words[word] for word in small)
+    assert small == lexicon.sample(words, 10, seed=3) and small != lexicon.sample(words, 10, seed=4)
     # Drawn from the whole alphabet, not its first words.
     assert max(small) > "w050"
     for count in (0, 101):
         with pytest.raises(
             ValueError, match=f"sample: `count` must be between 1 and the lexicon's 100 words; got {count}"
         ):
-            data.sample(lexicon, count)
+            lexicon.sample(words, count)
 
 
 def test_train_words_refuses_an_empty_lexicon(capsys):

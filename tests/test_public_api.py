@@ -62,6 +62,7 @@ SUBPACKAGES = [
     "keras_attention.batching",
     "keras_attention.evaluation",
     "keras_attention.generated",
+    "keras_attention.g2p",
 ]
 
 PACKAGE_DIR = Path(keras_attention.__file__).parent

@@ -30,8 +30,8 @@ and is the one chosen.
 
 import time
 
-from examples.g2p.pronounce import pronounce
 from keras_attention.evaluation import error_rates
+from keras_attention.g2p.pronounce import pronounce
 
 
 def rates(predictions, references):

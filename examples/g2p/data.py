@@ -10,12 +10,15 @@ words whose MD5 hex digest ends in "0", dev = those ending in "1" (carved out
 of the train words), train = the rest.
 
 SIGMORPHON 2021 (`data/sigmorphon2021/`, CC BY-SA 3.0, see its README): one
-TSV per language and split, `graphemes<TAB>space-separated phones`.
+TSV per language and split, `graphemes<TAB>space-separated phones`, read by
+`keras_attention.g2p.lexicon.read_lexicon`.
 """
 
 import hashlib
 import re
 from pathlib import Path
+
+from keras_attention.g2p.lexicon import read_lexicon
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGMORPHON_DIR = ROOT / "data" / "sigmorphon2021"
@@ -63,49 +66,9 @@ def cmudict_split():
     return split
 
 
-def read_tsv(path):
-    """{graphemes: [phones, ...]} from a SIGMORPHON TSV file."""
-    lexicon = {}
-    with open(path, encoding="utf-8") as file:
-        for number, line in enumerate(file, 1):
-            line = line.rstrip("\n")
-            if not line:
-                continue
-            word, tab, phones = line.partition("\t")
-            if not tab or not word or not phones.split():
-                raise ValueError(f"{path}:{number}: expected 'graphemes<TAB>phones'; got {line!r}.")
-            options = lexicon.setdefault(word, [])
-            if phones.split() not in options:
-                options.append(phones.split())
-    return lexicon
-
-
 def sigmorphon_split(language, directory=SIGMORPHON_DIR):
     """{"train", "dev", "test"} of one SIGMORPHON 2021 language."""
     known = MEDIUM_LANGUAGES + HIGH_LANGUAGES
     if language not in known:
         raise ValueError(f"unknown SIGMORPHON 2021 language {language!r}; expected one of {', '.join(known)}.")
-    return {side: read_tsv(Path(directory) / f"{language}_{side}.tsv") for side in ("train", "dev", "test")}
-
-
-def pairs(lexicon):
-    """(word, phones) training pairs: one per pronunciation."""
-    return [(word, phones) for word, options in lexicon.items() for phones in options]
-
-
-def subset(lexicon, count):
-    """The first `count` words (in sorted order), for smoke runs."""
-    return {word: lexicon[word] for word in sorted(lexicon)[:count]}
-
-
-def sample(lexicon, count, seed=0):
-    """`count` words drawn at random (the same ones for the same seed), with
-    all their pronunciations: a small lexicon of the language, not the first
-    letters of its alphabet as `subset` gives."""
-    if not 0 < count <= len(lexicon):
-        raise ValueError(f"sample: `count` must be between 1 and the lexicon's {len(lexicon)} words; got {count}.")
-    import numpy as np
-
-    words = sorted(lexicon)
-    chosen = np.random.default_rng(seed).choice(len(words), size=count, replace=False)
-    return {words[i]: lexicon[words[i]] for i in sorted(chosen)}
+    return {side: read_lexicon(Path(directory) / f"{language}_{side}.tsv").entries for side in ("train", "dev", "test")}

@@ -36,19 +36,20 @@ import numpy as np
 
 from examples.common import machine
 from examples.g2p import data, train
-from examples.g2p import model as g2p_model
-from examples.g2p.bidirectional import log_likelihoods, reads_right_to_left
-from examples.g2p.members import load_members
-from examples.g2p.pronounce import length_sorted_batches
 from keras_attention.evaluation import error_rates
+from keras_attention.g2p import model as g2p_model
+from keras_attention.g2p.bidirectional import log_likelihoods, reads_right_to_left
+from keras_attention.g2p.members import load_members
+from keras_attention.g2p.pronounce import length_sorted_batches
+from keras_attention.g2p.vocabularies import vocabularies
 from keras_attention.text import n_best
 
 
 def load_language(directory, split, size):
     """The language's models, rebuilt with their trained weights, and its vocabularies."""
     args = train.parse_args(["sigmorphon"])
-    model_config, _ = train.configs(args, **train.SIGMORPHON)
-    letters, phones = train.vocabularies(split["train"], "NFD", model_config.phone_symbols)
+    model_config, _ = train.configs(args, **train.settings_for(split["train"]))
+    letters, phones = vocabularies(split["train"], "NFD", model_config.phone_symbols)
     return load_members(directory, size, letters, phones, model_config), letters, phones, model_config
 
 

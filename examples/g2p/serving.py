@@ -106,8 +106,8 @@ def throughput(directory, words_file, batch_size, precision="float32"):
     fresh one."""
     import onnxruntime
 
-    from examples.g2p.pronounce import length_sorted_batches
     from keras_attention.export import load_vocabulary, translate_texts
+    from keras_attention.g2p.pronounce import length_sorted_batches
 
     words = Path(words_file).read_text(encoding="utf-8").split()
     letters = load_vocabulary(directory)["source"]
@@ -196,10 +196,10 @@ def study(args):
 
     import keras_attention as ka
     from examples.g2p import data
-    from examples.g2p import model as g2p_model
-    from examples.g2p.pronounce import length_sorted_batches, score
     from keras_attention.evaluation import error_rates
     from keras_attention.export import load_vocabulary
+    from keras_attention.g2p import model as g2p_model
+    from keras_attention.g2p.pronounce import length_sorted_batches, score
 
     run = Path(args.run)
     trained = json.loads((run / "results.json").read_text())
@@ -207,7 +207,7 @@ def study(args):
     vocabulary = load_vocabulary(run / "export") if (run / "export" / "vocabulary.json").is_file() else None
     split = data.cmudict_split()
     if vocabulary is None:
-        from examples.g2p.train import vocabularies
+        from keras_attention.g2p.vocabularies import vocabularies
 
         letters, phones = vocabularies(split["train"])
     else:
@@ -273,7 +273,7 @@ def study(args):
         print(json.dumps(row), flush=True)
         rows.append(row)
     if Path(args.phonetisaurus_model).is_file():
-        from examples.g2p import peer as g2p_peer
+        from keras_attention.g2p import peer as g2p_peer
 
         # Timed PASSES times as ours is: this machine's speed drifts by 20% from minute to minute.
         runs = [g2p_peer.evaluate(args.phonetisaurus_model, test) for _ in range(PASSES)]

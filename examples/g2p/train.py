@@ -35,26 +35,39 @@ import numpy as np
 
 import keras_attention as ka
 from examples.common import machine
-from examples.g2p import choice, data, training
-from examples.g2p import model as g2p_model
-from examples.g2p.bidirectional import DIRECTIONS, BidirectionalPronouncer, reads_right_to_left, reversed_split
-from examples.g2p.members import member_directory, train_member, train_members
-from examples.g2p.phones import PhoneCharacters
-from examples.g2p.pronounce import score
-from keras_attention.text import Vocabulary
+from examples.g2p import choice, data
+from keras_attention.g2p import lexicon, settings, training
+from keras_attention.g2p import model as g2p_model
+from keras_attention.g2p.bidirectional import DIRECTIONS, BidirectionalPronouncer, reads_right_to_left, reversed_split
+from keras_attention.g2p.members import member_directory, train_member, train_members
+from keras_attention.g2p.model import together
+from keras_attention.g2p.pronounce import score
+from keras_attention.g2p.vocabularies import vocabularies
 
 SMOKE_WORDS = 50
-# CMUdict (117,109 training words): two models without input feeding, a
-# 2x192 BiLSTM encoder and a 384-unit decoder each, trained side by side
-# within 30 minutes on 2 cores, pronouncing together.
-CMUDICT = dict(decoder="luong", encoder_units=192, decoder_units=384, epochs=13)
+# The settings of a lexicon are keras_attention.g2p.settings's rule at its
+# size (`settings_for`): CMUdict's 109,156 training words get two models
+# without input feeding, a 2x192 BiLSTM encoder and a 384-unit decoder each,
+# trained side by side within 30 minutes on 2 cores, pronouncing together;
+# a SIGMORPHON medium language's 8,000 words four models (two reading the
+# pronunciations right to left, --directions both: the task's baseline is an
+# ensemble too), 2x128 and 256, dropout 0.3, batches of 64, 22 epochs, NFD
+# letters; eng_us's 33,344 words two models, batches of 128, 12 epochs.
+# tests/test_g2p_tool.py pins the rule's values at these sizes.
 CMUDICT_ENSEMBLE = 2
-# Models per SIGMORPHON language, pronouncing together (--ensemble), half
-# of them reading the pronunciations right to left (--directions both): the
-# task's baseline is an ensemble too. Trained side by side (--jobs), two
-# take about the time of one. Four left-to-right models were no better than
-# two; two per direction are (SIGMORPHON and SIGMORPHON_HIGH below).
 SIGMORPHON_ENSEMBLE = {"medium": 4, "high": 2}
+
+
+def settings_for(train_lexicon):
+    """The rule's settings for a training lexicon, as one flat dict of
+    ModelConfig and TrainConfig fields, `ensemble` and `normalization`."""
+    chosen = settings.choose(len(train_lexicon), lexicon.alphabet(train_lexicon))
+    return {
+        **chosen["model"],
+        **chosen["training"],
+        "ensemble": chosen["ensemble"],
+        "normalization": chosen["normalization"],
+    }
 
 
 def parse_args(argv=None):
@@ -154,64 +167,7 @@ def configs(args, **defaults):
     return built
 
 
-SMOKE = dict(
-    embedding=16,
-    encoder_units=32,
-    encoder_layers=1,
-    decoder_units=64,
-    attention_units=32,
-    dropout=0.0,
-    epochs=60,
-    batch_size=10,
-    learning_rate=1e-2,
-    warmup_epochs=1,
-    label_smoothing=0.0,
-    ema_epochs=0.0,
-    patience=60,
-)
-
-
-# SIGMORPHON's medium sets are 15 times smaller than CMUdict: smaller
-# batches, more dropout, more epochs (each is short); NFD splits Hangul
-# syllables into jamo and accented letters into letter and accent, so
-# Korean's 1,000 syllables become 67 symbols the model can share across words.
-# The decoder without input feeding trains faster and was as accurate or
-# better (fre: 8.20 against 9.10 test WER, single models). 22 epochs, not
-# 20, was chosen on dev (macro dev WER 9.89 against 10.11; the ten languages
-# then train in 55 of the budget's 60 minutes; the cosine schedule spans
-# the epochs, so the last ones still learn).
-SIGMORPHON = dict(
-    encoder_units=128,
-    batch_size=64,
-    dropout=0.3,
-    epochs=22,
-    patience=6,
-    normalization="NFD",
-    decoder="luong",
-    ensemble=SIGMORPHON_ENSEMBLE["medium"],
-)
-# The high subtask (eng_us, 33,344 words) is a quarter of CMUdict: its settings.
-SIGMORPHON_HIGH = dict(
-    batch_size=128,
-    dropout=0.2,
-    epochs=12,
-    patience=4,
-    normalization="NFD",
-    decoder="luong",
-    ensemble=SIGMORPHON_ENSEMBLE["high"],
-)
-
-
-def vocabularies(lexicon, normalization=None, phone_symbols="phones"):
-    letters = Vocabulary.build(lexicon, unknown_token="<unk>", normalization=normalization)
-    symbols = PhoneCharacters if phone_symbols == "characters" else Vocabulary
-    phones = symbols.build(
-        [" ".join(p) for options in lexicon.values() for p in options],
-        separator=" ",
-        start_token="<s>",
-        end_token="</s>",
-    )
-    return letters, phones
+SMOKE = {**settings.smoke()["model"], **settings.smoke()["training"]}
 
 
 def plot_alignments(greedy, words, letters, phones, out, count=4):
@@ -383,16 +339,6 @@ def evaluate_systems(results, members, backwards, greedy, beam, pronouncer, spli
     return f"chosen on dev: {chosen}, of {len(table)} ways to pronounce"
 
 
-def together(members, phones, model_config):
-    """The greedy and beam models of one model, or of several pronouncing together."""
-    if len(members) == 1:
-        return members[0].greedy, members[0].beam
-    return (
-        g2p_model.build_ensemble(members, phones, model_config, "greedy", return_alignments=True),
-        g2p_model.build_ensemble(members, phones, model_config, "beam"),
-    )
-
-
 def serve_onnx(directory, beam, words, letters, batch_size=256):
     """Words per second of the exported `pronounce` ONNX model on `words`
     (batched by length), and the share of words where it decodes exactly
@@ -420,7 +366,7 @@ def serve_onnx(directory, beam, words, letters, batch_size=256):
 
 
 def sorted_batches(words, batch_size):
-    from examples.g2p.pronounce import length_sorted_batches
+    from keras_attention.g2p.pronounce import length_sorted_batches
 
     return length_sorted_batches(words, batch_size)
 
@@ -442,10 +388,10 @@ def export(out, greedy, beam, letters, phones, words):
 def run_cmudict(args):
     split = data.cmudict_split()
     if args.smoke:
-        words = data.subset(split["train"], SMOKE_WORDS)
+        words = lexicon.subset(split["train"], SMOKE_WORDS)
         split = {"train": words, "dev": words, "test": words}
     results, (trainer, greedy, beam, letters, phones) = train_language(
-        "cmudict", split, args, args.out, **(SMOKE if args.smoke else CMUDICT)
+        "cmudict", split, args, args.out, **(SMOKE if args.smoke else settings_for(split["train"]))
     )
     test_words = sorted(split["test"])
     results["plots"] = plot_alignments(
@@ -466,7 +412,7 @@ def run_cmudict(args):
             f"ONNX beam serving: {serving['words_per_second']:.0f} words/s; same as Keras on {serving['same_as_keras']:.2%} of test words"
         )
     if not args.no_peer:
-        from examples.g2p import peer
+        from keras_attention.g2p import peer
 
         # The peer needs no dev set: it trains on every non-test word.
         peer_train = {**split["train"], **split["dev"]}
@@ -486,12 +432,12 @@ def run_sigmorphon(args):
     for language in languages:
         split = data.sigmorphon_split(language)
         if args.train_words is not None:
-            split = {**split, "train": data.sample(split["train"], args.train_words)}
+            split = {**split, "train": lexicon.sample(split["train"], args.train_words)}
+        defaults = settings_for(split["train"])
         if args.smoke:
-            words = data.subset(split["train"], SMOKE_WORDS)
+            words = lexicon.subset(split["train"], SMOKE_WORDS)
             split = {"train": words, "dev": words, "test": words}
-        defaults = SIGMORPHON_HIGH if language in data.HIGH_LANGUAGES else SIGMORPHON
-        defaults = {**defaults, **SMOKE} if args.smoke else defaults
+            defaults = {**defaults, **SMOKE}
         results, _ = train_language(
             language, split, args, os.path.join(args.out, language), choose_on_dev=True, **defaults
         )

@@ -24,8 +24,8 @@ errors are a vowel's accent or length, 36.2 against 38.9.
 
 import numpy as np
 
-from examples.g2p.pronounce import length_sorted_batches
 from keras_attention.evaluation import sequence_log_likelihoods
+from keras_attention.g2p.pronounce import length_sorted_batches
 from keras_attention.text import n_best
 
 DIRECTIONS = ("left-to-right", "both")

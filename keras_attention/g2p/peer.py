@@ -4,14 +4,10 @@ Trained with the `phonetisaurus` package's own defaults (its `train`
 command: EM alignment of letters and phones, then an n-gram model over the
 aligned pairs compiled to a WFST) and applied to the test words in one batch
 (`phonetisaurus-apply`, one best pronunciation per word). Scored with the
-same `error_rates` as our model.
-
-    python -m examples.g2p.peer [--out DIR]     # CMUdict split, alone
+same `error_rates` as our model. (`python -m examples.g2p.cmudict_peer`
+runs it alone on the CMUdict split.)
 """
 
-import argparse
-import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -77,21 +73,3 @@ def _version():
     from importlib.metadata import version
 
     return version("phonetisaurus")
-
-
-def main(argv=None):
-    from examples.g2p import data
-
-    parser = argparse.ArgumentParser(description="Phonetisaurus on the CMUdict split")
-    parser.add_argument("--out", default="runs/g2p_phonetisaurus")
-    args = parser.parse_args(argv)
-    split = data.cmudict_split()
-    train = {**split["train"], **split["dev"]}
-    result = phonetisaurus(train, split["test"], args.out)
-    print(json.dumps(result, indent=1))
-    with open(os.path.join(args.out, "results.json"), "w") as file:
-        json.dump(result, file, indent=1)
-
-
-if __name__ == "__main__":
-    main()

@@ -10,9 +10,9 @@ import time
 import keras
 import numpy as np
 
-import keras_attention as ka
-from examples.g2p.pronounce import score
 from keras_attention.batching import LengthBucketedBatches
+from keras_attention.g2p.pronounce import score
+from keras_attention.losses import SequenceLoss
 
 
 @dataclasses.dataclass
@@ -25,6 +25,12 @@ class TrainConfig:
     ema_epochs: float = 1.0  # horizon of the weight average, in epochs (0: no averaging)
     clipnorm: float = 5.0
     patience: int = 4  # epochs without a better dev score (WER, then PER) before stopping
+    min_epochs: int = 0  # never stopped early before this many epochs
+    max_minutes: float = 0.0  # stop at an epoch's end once this much training time is spent (0: no limit)
+    # Passes over the training words in one epoch: a small lexicon's epoch
+    # is a few dozen updates, and each epoch's fixed cost (dev scoring, the
+    # backup, the weight average's swap) would outweigh its training.
+    passes_per_epoch: int = 1
     seed: int = 0
     jit: bool = False
 
@@ -58,10 +64,10 @@ class DevEvaluation(keras.callbacks.Callback):
     and, with a `patience`, stops training after that many epochs without
     a better one."""
 
-    def __init__(self, greedy, lexicon, letters, phones, path, label="", patience=None):
+    def __init__(self, greedy, lexicon, letters, phones, path, label="", patience=None, min_epochs=0):
         super().__init__()
         self.greedy, self.lexicon, self.letters, self.phones, self.path = greedy, lexicon, letters, phones, path
-        self.label, self.patience = label, patience
+        self.label, self.patience, self.min_epochs = label, patience, min_epochs
         self.best = None
         self.history = []
 
@@ -74,7 +80,7 @@ class DevEvaluation(keras.callbacks.Callback):
         if self.best is None or current < self.best:
             self.best, self.best_epoch = current, epoch
             self.model.save_weights(self.path)
-        elif self.patience is not None and epoch - self.best_epoch >= self.patience:
+        elif self.patience is not None and epoch - self.best_epoch >= self.patience and epoch + 1 >= self.min_epochs:
             self.model.stop_training = True
         self.history.append(
             {"epoch": epoch + 1, "dev_wer": rates["wer"], "dev_per": rates["per"], "loss": logs.get("loss")}
@@ -106,12 +112,33 @@ class EpochClock(keras.callbacks.Callback):
         self.elapsed.append(self.seconds)
 
 
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training at the end of the epoch after which another would pass
+    `minutes` of training (the best epoch's weights are kept as ever)."""
+
+    def __init__(self, minutes):
+        super().__init__()
+        self.seconds = minutes * 60
+        self.begin = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.begin is None:
+            self.begin = time.perf_counter()
+        self._epoch_start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = time.perf_counter()
+        if now - self.begin + (now - self._epoch_start) > self.seconds:
+            self.model.stop_training = True
+
+
 def train(trainer, greedy, data, letters, phones, config, out, verbose=None, label=""):
     """Fit `trainer` on data["train"], selecting on data["dev"]; returns the
     per-epoch history. The best epoch's (averaged) weights are left in the
     models; a killed run resumes from `out/backup`. With a `label`, one line
     per epoch names it (for models training side by side)."""
     inputs, targets = teacher_forcing_data(data["train"], letters, phones)
+    inputs, targets = tuple(rows * config.passes_per_epoch for rows in inputs), targets * config.passes_per_epoch
     # The read-out is a Sequential, which drops the Keras mask: weigh the
     # loss by the real target steps instead.
     batches = LengthBucketedBatches(inputs, targets, batch_size=config.batch_size, seed=config.seed, weigh_targets=True)
@@ -126,16 +153,20 @@ def train(trainer, greedy, data, letters, phones, config, out, verbose=None, lab
     optimizer = keras.optimizers.Adam(
         schedule, clipnorm=config.clipnorm, use_ema=config.ema_epochs > 0, ema_momentum=momentum
     )
-    trainer.compile(optimizer, ka.SequenceLoss(label_smoothing=config.label_smoothing), jit_compile=config.jit)
+    trainer.compile(optimizer, SequenceLoss(label_smoothing=config.label_smoothing), jit_compile=config.jit)
     best_path = os.path.join(out, "best.weights.h5")
     clock = EpochClock()
-    evaluation = DevEvaluation(greedy, data["dev"], letters, phones, best_path, label, config.patience)
+    evaluation = DevEvaluation(
+        greedy, data["dev"], letters, phones, best_path, label, config.patience, config.min_epochs
+    )
     callbacks = [keras.callbacks.BackupAndRestore(os.path.join(out, "backup")), clock]
     if config.ema_epochs:
         # After BackupAndRestore (which saves the raw weights), before the
         # evaluation (which scores the averaged ones).
         callbacks.append(keras.callbacks.SwapEMAWeights(swap_on_epoch=True))
     callbacks.append(evaluation)
+    if config.max_minutes:
+        callbacks.append(TimeBudget(config.max_minutes))
     if verbose is None:  # a progress bar in a terminal, a line per epoch in a log, the evaluation's with a label
         verbose = 0 if label else 1 if sys.stdout.isatty() else 2
     trainer.fit(batches, epochs=config.epochs, callbacks=callbacks, verbose=verbose)

@@ -11,6 +11,7 @@ leaves its trained weights in `member_<k>/g2p_trainer.keras`.
 import concurrent.futures
 import contextlib
 import dataclasses
+import json
 import multiprocessing
 import os
 import time
@@ -22,13 +23,22 @@ def member_directory(out, number):
     return os.path.join(out, f"member_{number}")
 
 
+def finished_results(out, number):
+    """The results a finished member left in its directory, or None (not trained, or killed before the end)."""
+    path = os.path.join(member_directory(out, number), "results.json")
+    if not os.path.exists(path) or not os.path.exists(os.path.join(member_directory(out, number), "g2p_trainer.keras")):
+        return None
+    with open(path) as file:
+        return json.load(file)
+
+
 def train_member(number, split, letters, phones, model_config, train_config, out, label="", right_to_left=False):
     """Train one model (seed `train_config.seed + number`) into `out`; its
     `Models` and results. With `right_to_left` it learns (and is selected
     on) the pronunciations reversed (bidirectional.py)."""
-    from examples.g2p import model as g2p_model
-    from examples.g2p import training
-    from examples.g2p.bidirectional import reversed_split
+    from keras_attention.g2p import model as g2p_model
+    from keras_attention.g2p import training
+    from keras_attention.g2p.bidirectional import reversed_split
 
     if right_to_left:
         split = reversed_split(split)
@@ -49,6 +59,9 @@ def train_member(number, split, letters, phones, model_config, train_config, out
         "best_epoch": training.best_epoch(history),
         "history": history,
     }
+    with open(os.path.join(out, "results.json.tmp"), "w") as file:
+        json.dump(results, file, indent=1)
+    os.replace(os.path.join(out, "results.json.tmp"), os.path.join(out, "results.json"))
     return models, results
 
 
@@ -71,19 +84,24 @@ def _threads(count):
                 os.environ[name] = value
 
 
-def train_members(count, split, letters, phones, model_config, train_config, out, jobs, name="", directions=None):
+def train_members(
+    count, split, letters, phones, model_config, train_config, out, jobs, name="", directions=None, resume=False
+):
     """Train `count` models into `out/member_<k>`, `jobs` at a time in their
     own processes; returns ([Models], [results], wall seconds). The Models
     are rebuilt here with the trained weights. With `directions="both"` the
-    odd-numbered models learn the pronunciations reversed."""
-    from examples.g2p.bidirectional import reads_right_to_left
+    odd-numbered models learn the pronunciations reversed. With `resume`,
+    models that finished in an earlier run (their results.json written) are
+    kept and not trained again."""
+    from keras_attention.g2p.bidirectional import reads_right_to_left
 
     begin = time.perf_counter()
     threads = max(1, (os.cpu_count() or 1) // jobs)
     context = multiprocessing.get_context("spawn")  # a fresh TensorFlow in each
+    done = {number: finished_results(out, number) for number in range(count)} if resume else {}
     with _threads(threads), concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
-        futures = [
-            pool.submit(
+        futures = {
+            number: pool.submit(
                 _train_in_this_process,
                 number,
                 split,
@@ -96,8 +114,9 @@ def train_members(count, split, letters, phones, model_config, train_config, out
                 reads_right_to_left(number, directions),
             )
             for number in range(count)
-        ]
-        results = [future.result() for future in futures]
+            if done.get(number) is None
+        }
+        results = [done[number] if futures.get(number) is None else futures[number].result() for number in range(count)]
     seconds = time.perf_counter() - begin
     return load_members(out, count, letters, phones, model_config), results, seconds
 
@@ -107,7 +126,7 @@ def load_members(out, count, letters, phones, model_config):
     (trainer, greedy and beam over shared layers) with their trained weights."""
     import keras
 
-    from examples.g2p import model as g2p_model
+    from keras_attention.g2p import model as g2p_model
 
     members = []
     for number in range(count):

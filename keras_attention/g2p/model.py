@@ -17,7 +17,9 @@ import dataclasses
 
 import keras
 
-import keras_attention as ka
+from keras_attention.cells import AttentionLSTMCell, AttentionWrapper
+from keras_attention.decoders import AttentionDecoder, EnsembleDecoder, InferenceDecoder
+from keras_attention.layers import AdditiveAttention
 
 
 @dataclasses.dataclass
@@ -51,11 +53,11 @@ CHOICES = {"decoder": DECODERS, "phone_symbols": PHONE_SYMBOLS}
 
 
 def decoder_cell(config):
-    attention = ka.AdditiveAttention(config.attention_units)
+    attention = AdditiveAttention(config.attention_units)
     if config.decoder == "input_feeding":
-        return ka.AttentionLSTMCell(config.decoder_units, attention, name="decoder_cell")
+        return AttentionLSTMCell(config.decoder_units, attention, name="decoder_cell")
     if config.decoder == "luong":
-        return ka.AttentionWrapper(
+        return AttentionWrapper(
             keras.layers.LSTMCell(config.decoder_units),
             attention,
             attention_layer_size=config.decoder_units,
@@ -73,7 +75,7 @@ class Models:
     greedy: keras.Model  # letters -> greedy decoding, with alignments
     beam: keras.Model  # letters -> beam search
     encoder: keras.Model  # letters -> [memory, decoder state h, decoder state c]
-    decoder: ka.InferenceDecoder  # the greedy decoder: the cell, embedding and read-out an ensemble steps
+    decoder: InferenceDecoder  # the greedy decoder: the cell, embedding and read-out an ensemble steps
 
 
 def _pronouncer(config, target_vocabulary, method, return_alignments):
@@ -122,14 +124,14 @@ def build_models(source_vocabulary, target_vocabulary, config, beam_alignments=F
         [keras.layers.Dropout(config.dropout), keras.layers.Dense(len(target_vocabulary), dtype="float32")],
         name="readout",
     )
-    outputs = ka.AttentionDecoder(cell, name="decoder")(
+    outputs = AttentionDecoder(cell, name="decoder")(
         phone_embedding(previous_phones), memory, initial_state=initial_state
     )
     trainer = keras.Model([letters, previous_phones], readout(outputs), name="g2p_trainer")
 
     decoders = {}
     for method in ("greedy", "beam"):
-        decoders[method] = ka.InferenceDecoder(
+        decoders[method] = InferenceDecoder(
             cell,
             phone_embedding,
             readout,
@@ -156,10 +158,20 @@ def build_ensemble(members, target_vocabulary, config, method, return_alignments
         memory, *state = encoder(letters)
         memories.append(memory)
         states.append(state)
-    ensemble = ka.EnsembleDecoder(
+    ensemble = EnsembleDecoder(
         [member.decoder for member in members],
         **_pronouncer(config, target_vocabulary, method, return_alignments),
         name=f"ensemble_{method}_decoder",
     )
     decoded = ensemble(memories, memory_mask=keras.ops.not_equal(letters, 0), initial_state=states)
     return keras.Model(letters, decoded, name=f"g2p_ensemble_{method}")
+
+
+def together(members, phones, config):
+    """The greedy and beam models of one model (`Models`), or of several pronouncing together."""
+    if len(members) == 1:
+        return members[0].greedy, members[0].beam
+    return (
+        build_ensemble(members, phones, config, "greedy", return_alignments=True),
+        build_ensemble(members, phones, config, "beam"),
+    )

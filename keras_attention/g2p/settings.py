@@ -1,0 +1,149 @@
+"""The settings a lexicon gets: one rule from its size and alphabet, within a time budget.
+
+`choose(train_words, alphabet, minutes)` returns the model's and the
+training's settings (the fields of `model.ModelConfig` and
+`training.TrainConfig` it sets), the ensemble's size and the letters'
+Unicode normalization:
+
+- model: the decoder without input feeding ("luong"), a 2x128 BiLSTM encoder
+  and a 256-unit decoder; from 60,000 words (CMUdict's size) 2x192 and 384;
+- batch: 16 words under 1,500, 32 under 4,000, 64 under 20,000, then 128;
+- an epoch of at least 125 updates (the 8,000-word runs' epoch): a
+  smaller lexicon is passed over several times an epoch, so that the
+  epoch's fixed costs (dev scoring, the backup) stay small beside its
+  training, and patience and the schedule mean what they mean at 8,000;
+- epochs: 22 (12 from 20,000 words, 13 from 60,000), and more where that
+  is under 2,750 updates (the 8,000-word SIGMORPHON runs' 22 epochs of 125),
+  so a small lexicon is seen many times instead of stopping after a few
+  dozen updates;
+- dropout 0.3 under 20,000 words, 0.2 above;
+- early stopping counted in updates: patience 6 epochs (4 from 20,000
+  words) and at least 750 updates, never before half the epochs (a model on
+  800 words with 6 epochs' patience stopped after 90 updates, unconverged,
+  at 100% dev WER);
+- an ensemble of 4 models under 20,000 words, 2 above;
+- normalization: NFD when a letter is not ASCII (accents and Hangul split
+  into parts the model shares across words), none otherwise.
+
+CMUdict's run (109,156 training words) and SIGMORPHON 2021 medium's (8,000
+words) are this rule at their sizes (tests pin both). With `minutes`, the
+estimated training time (`estimate_seconds`: measured seconds per update on
+2 CPU cores, models trained side by side) is brought within the budget by a
+smaller ensemble first, then fewer epochs; training also stops at the
+budget whatever the estimate said (`TrainConfig.max_minutes`).
+"""
+
+import math
+
+LARGE_WORDS = 60_000  # CMUdict's size class
+MEDIUM_WORDS = 20_000  # above: SIGMORPHON's high-resource size class
+MIN_UPDATES = 2_750
+EPOCH_UPDATES = 125  # an epoch of the 8,000-word runs; smaller lexicons pass over their words several times an epoch
+# Seconds an epoch costs besides its updates (dev scoring, the backup, saving the best weights).
+EPOCH_SECONDS = 2.0
+# Seconds a model costs besides its epochs: its process's start, and tracing the training step
+# for the batch shapes it meets (on 400 words, 13 epochs of 25 updates took 105 s on a loaded machine).
+MODEL_SECONDS = 30.0
+PATIENCE_UPDATES = 750
+# Minutes for export, process start-up and test scoring, outside the training budget.
+OVERHEAD_MINUTES = 1.0
+
+
+def batch_size(train_words):
+    return 16 if train_words < 1500 else 32 if train_words < 4000 else 64 if train_words < MEDIUM_WORDS else 128
+
+
+def seconds_per_update(batch, large):
+    """One training update of one model in its own process with one thread
+    (2 CPU cores, two models side by side), as measured: 0.056 s at batch
+    64 and 0.099 s at 128 (2x128/256 model), 0.138 s at 128 (2x192/384)."""
+    return (0.013 + 0.00067 * batch) * (1.4 if large else 1.0)
+
+
+def _updates_per_pass(train_words, batch):
+    return max(1, math.ceil(train_words / batch))
+
+
+def passes_per_epoch(train_words, batch):
+    return max(1, math.ceil(EPOCH_UPDATES / _updates_per_pass(train_words, batch)))
+
+
+def estimate_seconds(train_words, settings, cores=2):
+    """Training seconds of `settings` on `train_words` words: each model's
+    updates, rounds of `cores` models side by side."""
+    training = settings["training"]
+    batch, epochs = training["batch_size"], training["epochs"]
+    large = settings["model"]["encoder_units"] > 128
+    updates = epochs * training.get("passes_per_epoch", 1) * _updates_per_pass(train_words, batch)
+    rounds = math.ceil(settings["ensemble"] / min(settings["ensemble"], cores))
+    return rounds * (updates * seconds_per_update(batch, large) + epochs * EPOCH_SECONDS + MODEL_SECONDS)
+
+
+def _stopping(epochs, updates_per_epoch, patience_epochs):
+    return dict(
+        epochs=epochs,
+        patience=max(patience_epochs, math.ceil(PATIENCE_UPDATES / updates_per_epoch)),
+        min_epochs=math.ceil(epochs / 2),
+    )
+
+
+def choose(train_words, alphabet, minutes=None, cores=2):
+    """{"model", "training", "ensemble", "normalization", "estimated_minutes"}
+    for a lexicon of `train_words` words written with the characters
+    `alphabet`, trained within `minutes` (None: no budget) on `cores` cores."""
+    if isinstance(train_words, bool) or not isinstance(train_words, int) or train_words < 1:
+        raise ValueError(f"choose: `train_words` must be a positive integer; got {train_words!r}.")
+    if minutes is not None and not minutes > 0:
+        raise ValueError(f"choose: `minutes` must be a positive number of minutes or None; got {minutes!r}.")
+    large, medium = train_words >= LARGE_WORDS, train_words >= MEDIUM_WORDS
+    batch = batch_size(train_words)
+    passes = passes_per_epoch(train_words, batch)
+    per_epoch = passes * _updates_per_pass(train_words, batch)
+    epochs = max(13 if large else 12 if medium else 22, math.ceil(MIN_UPDATES / per_epoch))
+    patience_epochs = 4 if medium else 6
+    settings = {
+        "model": dict(
+            decoder="luong",
+            encoder_units=192 if large else 128,
+            decoder_units=384 if large else 256,
+            dropout=0.2 if medium else 0.3,
+        ),
+        "training": dict(batch_size=batch, passes_per_epoch=passes, **_stopping(epochs, per_epoch, patience_epochs)),
+        "ensemble": 2 if medium else 4,
+        "normalization": None if all(char.isascii() for char in alphabet) else "NFD",
+    }
+    if minutes is not None:
+        budget = max(minutes - OVERHEAD_MINUTES, minutes / 2) * 60
+        while settings["ensemble"] > 1 and estimate_seconds(train_words, settings, cores) > budget:
+            settings["ensemble"] //= 2
+        estimate = estimate_seconds(train_words, settings, cores)
+        rounds = math.ceil(settings["ensemble"] / min(settings["ensemble"], cores))
+        if estimate > budget:
+            fixed = rounds * MODEL_SECONDS  # paid whatever the epochs
+            epochs = max(1, math.floor(epochs * max(budget - fixed, 0) / (estimate - fixed)))
+            settings["training"].update(_stopping(epochs, per_epoch, patience_epochs))
+        settings["training"]["max_minutes"] = round(budget / 60 / rounds, 2)
+    settings["estimated_minutes"] = round(estimate_seconds(train_words, settings, cores) / 60, 1)
+    return settings
+
+
+def smoke():
+    """Seconds-long settings for tests: a tiny model that memorises a few dozen words."""
+    return {
+        "model": dict(
+            embedding=16, encoder_units=32, encoder_layers=1, decoder_units=64, attention_units=32, dropout=0.0
+        ),
+        "training": dict(
+            epochs=60,
+            batch_size=10,
+            learning_rate=1e-2,
+            warmup_epochs=1,
+            label_smoothing=0.0,
+            ema_epochs=0.0,
+            patience=60,
+            min_epochs=0,
+            passes_per_epoch=1,
+        ),
+        "ensemble": 1,
+        "normalization": None,
+    }

@@ -1,0 +1,177 @@
+"""`keras-attention-g2p train`: a lexicon in, a model directory out.
+
+The directory (`--out DIR`) holds, as they are made:
+
+- `settings.json`: the settings chosen for the lexicon (settings.py), the
+  split's sizes and the beam width; a rerun with the same data and options
+  finds them equal and resumes;
+- `member_<k>/`: each model of the ensemble (its `.keras` file, its best
+  weights, its dev history, `results.json` once finished; a model killed
+  mid-training resumes from its `backup/`, a finished one is not retrained);
+- `export/`: the pronouncer (`pronounce.onnx`: beam search inside, n-best
+  outputs; `pronounce_greedy.onnx`; `vocabulary.json`), pronouncer.py;
+- `results.json`: dev (and test) WER and PER of the exported pronouncer,
+  and Phonetisaurus's on the same split with `--compare-phonetisaurus`.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from keras_attention.evaluation import error_rates
+
+
+def write_json(path, document):
+    """Write `document` to `path` through a temporary file (never half a file)."""
+    path = Path(path)
+    path.with_suffix(".tmp").write_text(json.dumps(document, indent=1, sort_keys=True, ensure_ascii=False))
+    os.replace(path.with_suffix(".tmp"), path)
+
+
+def configs(settings, beam_width):
+    """(ModelConfig, TrainConfig) of a settings dict."""
+    from keras_attention.g2p.model import ModelConfig
+    from keras_attention.g2p.training import TrainConfig
+
+    return ModelConfig(**settings["model"], beam_width=beam_width), TrainConfig(**settings["training"])
+
+
+def rates(pronounced, lexicon):
+    """WER and PER (percent) of {word: phones} against {word: [references]}
+    (right if any reference matches; a word not pronounced is wrong)."""
+    words = list(lexicon)
+    measured = error_rates([pronounced.get(word, []) for word in words], [lexicon[word] for word in words])
+    return {"wer": measured["sequence_error_rate"], "per": measured["token_error_rate"], "words": len(words)}
+
+
+def best_pronunciations(pronouncer, words):
+    """{word: best phones} from an `OnnxPronouncer`; words with unknown letters left out."""
+    return {word: found[0][1] if found else [] for word, found in pronouncer.pronounce(words).items()}
+
+
+def budget_cut(member_results, train_config):
+    """A warning when the time budget stopped models before they could
+    converge (fewer epochs than `min_epochs`, which patience never stops
+    before), or None."""
+    least = min(train_config.min_epochs, train_config.epochs)
+    cut = [member for member in member_results if member["epochs"] < least]
+    if not cut:
+        return None
+    epochs = ", ".join(str(member["epochs"]) for member in cut)
+    best = ", ".join(f"{member['best_epoch']['dev_wer']:.0f}%" for member in cut if member.get("best_epoch"))
+    return (
+        f"the time budget stopped {len(cut)} of {len(member_results)} models after {epochs} of "
+        f"{train_config.epochs} epochs, before they could converge (dev WER {best}); give --minutes more time"
+    )
+
+
+def _train_models(split, letters, phones, model_config, train_config, ensemble, out):
+    from keras_attention.g2p.members import finished_results, load_members, member_directory, train_member
+    from keras_attention.g2p.members import train_members as train_side_by_side
+
+    jobs = min(ensemble, os.cpu_count() or 1)
+    if jobs > 1:
+        _, results, _ = train_side_by_side(
+            ensemble, split, letters, phones, model_config, train_config, out, jobs, "model", resume=True
+        )
+    else:
+        results = []
+        for number in range(ensemble):
+            done = finished_results(out, number)
+            if done is None:
+                _, done = train_member(
+                    number, split, letters, phones, model_config, train_config, member_directory(out, number)
+                )
+            results.append(done)
+    return load_members(out, ensemble, letters, phones, model_config), results
+
+
+def train(split, settings, out, compare_phonetisaurus=False):
+    """Train, export and score (see the module's doc); returns the results document."""
+    from keras_attention.g2p import model as g2p_model
+    from keras_attention.g2p.pronouncer import OnnxPronouncer, export_pronouncer
+    from keras_attention.g2p.vocabularies import vocabularies
+
+    begin = time.perf_counter()
+    model_config, train_config = configs(settings, settings["beam_width"])
+    letters, phones = vocabularies(split["train"], settings["normalization"])
+    members, member_results = _train_models(
+        split, letters, phones, model_config, train_config, settings["ensemble"], out
+    )
+    train_seconds = time.perf_counter() - begin
+    cut = budget_cut(member_results, train_config)
+    if cut:
+        print(f"warning: {cut}", file=sys.stderr, flush=True)
+    greedy, beam = g2p_model.together(members, phones, model_config)
+    words = sorted(split["dev"]) + sorted(split["train"])
+    print("exporting the pronouncer to ONNX ...", flush=True)
+    export_pronouncer(Path(out) / "export", greedy, beam, letters, phones, words[:19])
+    pronouncer = OnnxPronouncer(Path(out) / "export", settings["beam_width"])
+    results = {
+        "train_words": len(split["train"]),
+        "ensemble": settings["ensemble"],
+        "members": [
+            {key: member[key] for key in ("seed", "epochs", "train_seconds", "best_epoch")} for member in member_results
+        ],
+        "train_wall_seconds": round(train_seconds, 1),
+    }
+    if cut:
+        results["time_budget_warning"] = cut
+    for side in ("dev", "test"):
+        if split.get(side):
+            measured = rates(best_pronunciations(pronouncer, list(split[side])), split[side])
+            results[f"{side}_wer"], results[f"{side}_per"] = measured["wer"], measured["per"]
+            results[f"{side}_words"] = measured["words"]
+            print(f"{side}: WER {measured['wer']:.2f}% PER {measured['per']:.2f}% ({measured['words']} words)")
+    if compare_phonetisaurus:
+        from keras_attention.g2p.peer import phonetisaurus
+
+        # The peer needs no dev set: it trains on every word we trained and selected on.
+        peer = phonetisaurus({**split["train"], **split["dev"]}, split["test"], Path(out) / "phonetisaurus")
+        results["phonetisaurus"] = peer
+        print(f"Phonetisaurus: test WER {peer['wer']:.2f}% PER {peer['per']:.2f}% ({peer['train_seconds']:.0f} s)")
+    results["wall_seconds"] = round(time.perf_counter() - begin, 1)
+    write_json(Path(out) / "results.json", results)
+    print(f"wrote {Path(out) / 'results.json'}", file=sys.stderr)
+    return results
+
+
+def settings_record(settings, split, beam_width):
+    """What settings.json holds: the chosen settings, the split's sizes and the beam width."""
+    return {
+        **settings,
+        "beam_width": beam_width,
+        "words": {side: len(lexicon) for side, lexicon in split.items()},
+    }
+
+
+def check_resumable(out, record):
+    """Refuse a directory holding another run's settings (ValueError), so a
+    rerun resumes only what it would train again."""
+    path = Path(out) / "settings.json"
+    if not path.is_file():
+        return
+    before = json.loads(path.read_text())
+    if before != json.loads(json.dumps(record)):
+        changed = sorted(key for key in set(before) | set(record) if before.get(key) != record.get(key))
+        raise ValueError(
+            f"--out: {str(out)!r} holds a run with other settings or data (differing: {', '.join(changed)}); "
+            "expected the same command to resume it, or a new directory"
+        )
+
+
+def describe(settings):
+    """The settings on one line, for the start of training."""
+    training = settings["training"]
+    fields = dataclasses.asdict(configs(settings, settings["beam_width"])[0])
+    return (
+        f"settings: ensemble of {settings['ensemble']}, encoder 2x{fields['encoder_units']}, "
+        f"decoder {fields['decoder_units']} ({fields['decoder']}), dropout {fields['dropout']}, "
+        f"batch {training.get('batch_size')}, up to {training.get('epochs')} epochs "
+        f"(patience {training.get('patience')}, not before {training.get('min_epochs', 0)}), "
+        f"normalization {settings['normalization']}, beam {settings['beam_width']}"
+        + (f"; about {settings['estimated_minutes']} min of training" if "estimated_minutes" in settings else "")
+    )

@@ -1,0 +1,313 @@
+"""The G2P tool (`keras-attention-g2p`, keras_attention/g2p/): lexicon files read and refused line by
+line, the settings rule at several sizes, and train -> apply -> evaluate on a 50-word TSV (issue 35)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from keras_attention.g2p import lexicon, settings
+from keras_attention.g2p.model import ModelConfig
+from keras_attention.g2p.training import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+    return path
+
+
+# ------------------------------------------------------------------ lexicons
+
+
+def test_a_tsv_lexicon_keeps_every_pronunciation_of_a_word_together(tmp_path):
+    path = write(tmp_path, "lex.tsv", "read\tR IY D\nread\tR EH D\nread\tR IY D\n\nété\te t e\r\n")
+    found = lexicon.read_lexicon(path)
+    assert found.format == "tsv" and found.skipped == []
+    assert found.entries == {"read": [["R", "IY", "D"], ["R", "EH", "D"]], "été": [["e", "t", "e"]]}
+
+
+def test_a_cmudict_lexicon_reads_variants_comments_and_keeps_stress(tmp_path):
+    text = ";;; a comment\nREAD  R IY1 D\nREAD(2)  R EH1 D\nd'artagnan D AH0 R T AE1 NY AH0 N # foreign\n"
+    found = lexicon.read_lexicon(write(tmp_path, "cmu.dict", text))
+    assert found.format == "cmudict"
+    assert found.entries == {
+        "READ": [["R", "IY1", "D"], ["R", "EH1", "D"]],
+        "d'artagnan": [["D", "AH0", "R", "T", "AE1", "NY", "AH0", "N"]],
+    }
+
+
+def test_skipped_entries_are_returned_with_their_line_and_reason(tmp_path):
+    text = "ab\tA B\nempty\t\nsnake_case\tS K\nodd\t<s> O\n" + "".join(f"w{i}_\tW\n" for i in range(3))
+    found = lexicon.read_lexicon(write(tmp_path, "lex.tsv", text))
+    assert found.entries == {"ab": [["A", "B"]]}
+    assert found.skipped[:3] == [
+        (2, "empty", "no phones"),
+        (3, "snake_case", "reserved character '_'"),
+        (4, "odd", "reserved phone '<s>'"),
+    ]
+    summary = found.skipped_summary()
+    assert summary.startswith("skipped 6 entries (line 2 'empty': no phones;") and summary.endswith("and 3 more)")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("ab\tA B\nno tab here\n", r"lex:2: expected 'word<TAB>phones' \(a TSV file\); got 'no tab here'"),
+        ("ab\tA B\n\tA\n", r"lex:2: expected a word before the tab"),
+        ("AB  A B\nLONELY\n", r"lex:2: expected 'WORD  PHONES' \(a CMUdict file\); got 'LONELY'"),
+        ("", r"lex: no pronunciations found; expected 'word<TAB>phones' lines"),
+        ("x\t\n", r"lex: no pronunciations found \(skipped 1 entry \(line 1 'x': no phones\)\)"),
+        (b"ab\tA B\n\xff\tC\n", r"lex:2: not UTF-8 text"),
+    ],
+)
+def test_a_malformed_lexicon_is_refused_with_its_file_and_line(tmp_path, text, message):
+    with pytest.raises(lexicon.LexiconError, match=message) as raised:
+        lexicon.read_lexicon(write(tmp_path, "lex", text))
+    assert raised.value.path.endswith("lex")
+
+
+def test_the_dev_split_is_seeded_and_scaled_with_the_lexicon():
+    words = {f"w{i}": [["W"]] for i in range(800)}
+    train, dev = lexicon.carve_dev(words, seed=1)
+    assert len(dev) == 100 and len(train) == 700 and not set(train) & set(dev)
+    assert lexicon.carve_dev(words, seed=1) == (train, dev) and lexicon.carve_dev(words, seed=2)[1] != dev
+    assert [lexicon.dev_size(n) for n in (2, 50, 800, 5000, 117_109)] == [1, 12, 100, 500, 2000]
+    with pytest.raises(ValueError, match="carve_dev: a dev set needs a lexicon of 2 words or more; got 1"):
+        lexicon.carve_dev({"a": [["A"]]})
+
+
+# ------------------------------------------------------------------ settings
+
+
+def configs(chosen):
+    return ModelConfig(**chosen["model"]), TrainConfig(**chosen["training"])
+
+
+def test_the_rule_at_cmudict_size_is_the_cmudict_run():
+    model, training = configs(settings.choose(109_156, set("abcdefghijklmnopqrstuvwxyz'")))
+    # The published CMUdict run: luong decoder, 2x192 encoder, 384 decoder, 13 epochs, the defaults otherwise.
+    assert model == ModelConfig(decoder="luong", encoder_units=192, decoder_units=384)
+    assert training == TrainConfig(epochs=13, min_epochs=7)
+    assert settings.choose(109_156, set("abc"))["normalization"] is None
+
+
+def test_the_rule_at_sigmorphon_sizes_is_the_sigmorphon_runs():
+    medium = settings.choose(8000, set("abcé"))
+    model, training = configs(medium)
+    assert model == ModelConfig(decoder="luong", encoder_units=128, dropout=0.3)
+    assert training == TrainConfig(batch_size=64, epochs=22, patience=6, min_epochs=11)
+    assert medium["ensemble"] == 4 and medium["normalization"] == "NFD"
+    high = settings.choose(33_344, set("abc"))
+    model, training = configs(high)
+    assert model == ModelConfig(decoder="luong", dropout=0.2)
+    assert training == TrainConfig(batch_size=128, epochs=12, patience=4, min_epochs=6) and high["ensemble"] == 2
+
+
+def test_a_small_lexicon_gets_enough_updates_and_patience():
+    chosen = settings.choose(800, set("abc"))
+    training = chosen["training"]
+    # 800 words in batches of 16: 50 updates a pass, 3 passes an epoch; 22 epochs = 3,300 updates,
+    # patience 6 epochs = 900 updates, never before epoch 11.
+    assert training == {"batch_size": 16, "passes_per_epoch": 3, "epochs": 22, "patience": 6, "min_epochs": 11}
+    assert chosen["ensemble"] == 4 and chosen["model"]["dropout"] == 0.3
+    assert settings.choose(500, set("a"))["training"]["passes_per_epoch"] == 4
+    assert settings.choose(50, set("a"))["training"]["passes_per_epoch"] == 32
+    assert settings.choose(8000, set("a"))["training"]["passes_per_epoch"] == 1
+
+
+def test_the_rule_is_monotone_in_the_lexicon_size():
+    sizes = [50, 300, 500, 800, 1000, 1499, 1500, 2000, 4000, 8000, 19_999, 20_000, 33_344, 60_000, 120_000]
+    chosen = [settings.choose(n, set("a")) for n in sizes]
+    batches = [c["training"]["batch_size"] for c in chosen]
+    units = [c["model"]["encoder_units"] for c in chosen]
+    dropouts = [c["model"]["dropout"] for c in chosen]
+    ensembles = [c["ensemble"] for c in chosen]
+    updates = [
+        c["training"]["epochs"] * c["training"]["passes_per_epoch"] * -(-n // c["training"]["batch_size"])
+        for n, c in zip(sizes, chosen)
+    ]
+    assert batches == sorted(batches) and units == sorted(units)
+    assert dropouts == sorted(dropouts, reverse=True) and ensembles == sorted(ensembles, reverse=True)
+    assert min(updates) >= settings.MIN_UPDATES and updates[-1] == max(updates)
+
+
+def test_a_model_the_budget_stopped_unconverged_is_reported():
+    from keras_attention.g2p.train_command import budget_cut
+
+    config = TrainConfig(epochs=22, min_epochs=11)
+    done = {"epochs": 22, "best_epoch": {"dev_wer": 30.0}}
+    assert budget_cut([done, {"epochs": 12, "best_epoch": {"dev_wer": 40.0}}], config) is None
+    cut = budget_cut([done, {"epochs": 2, "best_epoch": {"dev_wer": 98.0}}], config)
+    assert cut == (
+        "the time budget stopped 1 of 2 models after 2 of 22 epochs, before they could converge "
+        "(dev WER 98%); give --minutes more time"
+    )
+
+
+def test_a_time_budget_shrinks_the_ensemble_then_the_epochs():
+    free = settings.choose(8000, set("a"))
+    # Two rounds of two models side by side: 2,750 updates of 0.05588 s, 22 epochs of 2 s, 30 s a model.
+    assert free["estimated_minutes"] == pytest.approx(2 * (2750 * 0.05588 + 22 * 2 + 30) / 60, abs=0.1)
+    assert settings.choose(8000, set("a"), minutes=9)["ensemble"] == 4
+    tight = settings.choose(8000, set("a"), minutes=6)
+    assert tight["ensemble"] == 2 and tight["training"]["epochs"] == 22
+    tighter = settings.choose(8000, set("a"), minutes=3)
+    assert tighter["ensemble"] == 1 and tighter["training"]["epochs"] == 10
+    assert tighter["estimated_minutes"] <= 2.0 and tighter["training"]["max_minutes"] == 2.0
+    with pytest.raises(ValueError, match=r"choose: `minutes` must be a positive number of minutes or None; got 0"):
+        settings.choose(100, set("a"), minutes=0)
+    with pytest.raises(ValueError, match=r"choose: `train_words` must be a positive integer; got 0"):
+        settings.choose(0, set("a"))
+
+
+# ------------------------------------------------------------------ the command
+
+
+def g2p(*arguments, check=True):
+    completed = subprocess.run(
+        [sys.executable, "-m", "keras_attention.g2p", *map(str, arguments)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    if check:
+        assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return completed
+
+
+def error_lines(completed):
+    return [line for line in completed.stderr.splitlines() if line.startswith("error:")]
+
+
+def g2p_here(capsys, *arguments, check=True):
+    """The command's `main` in this process (TensorFlow is imported already: seconds saved a call)."""
+    from keras_attention.g2p.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main([str(argument) for argument in arguments])
+    except SystemExit as exit:  # argparse's refusals
+        code = exit.code
+    captured = capsys.readouterr()
+    completed = subprocess.CompletedProcess(arguments, code, captured.out, captured.err)
+    if check:
+        assert code == 0, captured.out[-3000:] + captured.err[-3000:]
+    return completed
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("ab\tA B\nno tab\n", "error: {path}:2: expected 'word<TAB>phones' (a TSV file); got 'no tab'"),
+        ("", "error: {path}: no pronunciations found; expected 'word<TAB>phones' lines"),
+    ],
+)
+def test_the_command_refuses_a_malformed_lexicon_in_one_line(tmp_path, content, expected):
+    path = write(tmp_path, "bad.tsv", content)
+    completed = g2p("train", "--lexicon", path, "--out", tmp_path / "model", check=False)
+    assert completed.returncode == 2 and "Traceback" not in completed.stderr
+    assert error_lines(completed) == [expected.format(path=path)]
+    assert not (tmp_path / "model").exists()
+
+
+def fifty_words(tmp_path):
+    """A TSV of 50 made-up words pronounced letter by letter, and "read" with two pronunciations."""
+    import random
+
+    rng, letters, words = random.Random(0), "abdeiklmnoprstu", set()
+    while len(words) < 50:
+        words.add("".join(rng.choice(letters) for _ in range(rng.randint(3, 6))))
+    lines = [f"{word}\t{' '.join(word.upper())}" for word in sorted(words)] + ["read\tR IY D", "read\tR EH D"]
+    return write(tmp_path, "lexicon.tsv", "\n".join(lines) + "\n"), sorted(words)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The tool trained on the 50-word TSV (smoke settings; dev and test the same words: it memorises them)."""
+    tmp_path = tmp_path_factory.mktemp("g2p_tool")
+    path, words = fifty_words(tmp_path)
+    model = tmp_path / "model"
+    completed = g2p("train", "--lexicon", path, "--dev", path, "--test", path, "--out", model, "--smoke")
+    return model, path, words, completed
+
+
+def test_train_writes_the_model_directory_and_prints_its_settings(trained):
+    model, _, _, completed = trained
+    assert "settings: ensemble of 1, encoder 2x32, decoder 64 (input_feeding)" in completed.stdout
+    recorded = json.loads((model / "settings.json").read_text())
+    assert recorded["words"] == {"train": 51, "dev": 51, "test": 51} and recorded["beam_width"] == 5
+    assert recorded["model"] == settings.smoke()["model"]
+    results = json.loads((model / "results.json").read_text())
+    # Trained and scored on the same 51 words: memorised.
+    assert results["dev_wer"] <= 10.0 and results["test_wer"] <= 10.0 and results["test_words"] == 51
+    for name in ("pronounce.onnx", "pronounce_greedy.onnx", "vocabulary.json"):
+        assert (model / "export" / name).stat().st_size > 0
+    assert (model / "member_0" / "results.json").is_file()
+
+
+def test_apply_prints_n_best_lines_best_first_and_reports_unknown_letters(trained, capsys):
+    model, _, words, _ = trained
+    completed = g2p_here(capsys, "apply", "--model", model, "read", words[0], "zebra", "--nbest", 2)
+    rows = [line.split("\t") for line in completed.stdout.splitlines()]
+    assert [row[0] for row in rows] == ["read", "read", words[0], words[0]]
+    scores = [float(row[1]) for row in rows]
+    assert scores[0] >= scores[1] and scores[2] >= scores[3] and max(scores) <= 0.0
+    assert {rows[0][2], rows[1][2]} == {"R IY D", "R EH D"} and rows[2][2] == " ".join(words[0].upper())
+    assert "skipped 1 word(s) with letters the model never saw: 'zebra' (z)" in completed.stderr
+    greedy = g2p_here(capsys, "apply", "--model", model, "--beam", 1, "read").stdout.split("\t")
+    assert greedy[0] == "read" and greedy[2].strip() in {"R IY D", "R EH D"}
+    refused = g2p_here(capsys, "apply", "--model", model, "read", "--beam", 3, check=False)
+    assert refused.returncode == 2 and error_lines(refused) == [
+        "error: --beam: this model's pronouncer searches with 1 (greedy) or 5 beams; got 3"
+    ]
+
+
+def test_evaluate_agrees_with_what_apply_prints(trained, tmp_path, capsys):
+    model, path, words, _ = trained
+    # Two words right, one wrong on purpose, one unpronounceable (counted wrong).
+    best = {
+        row.split("\t")[0]: row.split("\t")[2]
+        for row in g2p_here(capsys, "apply", "--model", model, *words[:3]).stdout.splitlines()
+    }
+    test = write(
+        tmp_path,
+        "test.tsv",
+        f"{words[0]}\t{best[words[0]]}\n{words[1]}\t{best[words[1]]}\n{words[2]}\tX X\nzoo\tZ UW\n",
+    )
+    completed = g2p_here(capsys, "evaluate", "--model", model, "--test", test)
+    assert completed.stdout.startswith("WER 50.00% PER ")
+    assert "on 4 words (1 not pronounced: unknown letters, counted wrong)" in completed.stdout
+    assert g2p_here(capsys, "evaluate", "--model", model, "--test", path).stdout.startswith(
+        "WER 0.00% PER 0.00% on 51 words"
+    )
+
+
+def test_the_command_refuses_what_it_cannot_use_in_one_line(trained, tmp_path, capsys):
+    model, path, _, _ = trained
+    cases = [
+        (
+            ("apply", "--model", tmp_path, "read"),
+            f"error: --model: {str(tmp_path)!r} is not a finished model directory",
+        ),
+        (("apply", "--model", model), "error: apply: expected words to pronounce (WORDS... or --words FILE); got none"),
+        (("apply", "--model", model, "read", "--nbest", "0"), "error: argument --nbest: expected a positive int"),
+        (
+            ("train", "--lexicon", path, "--out", tmp_path / "m", "--compare-phonetisaurus"),
+            "error: --compare-phonetisaurus: expected --test FILE to compare on; got none",
+        ),
+        (
+            # The model directory resumes the same run only.
+            ("train", "--lexicon", path, "--dev", path, "--test", path, "--out", model, "--smoke", "--beam", 3),
+            f"error: --out: {str(model)!r} holds a run with other settings or data (differing: beam_width)",
+        ),
+    ]
+    for arguments, expected in cases:
+        completed = g2p_here(capsys, *arguments, check=False)
+        assert completed.returncode == 2 and "Traceback" not in completed.stderr, arguments
+        assert len(error_lines(completed)) == 1 and error_lines(completed)[0].startswith(expected), completed.stderr
