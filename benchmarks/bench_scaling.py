@@ -250,13 +250,12 @@ def transformer_summary_rows(section):
     out = []
     for side, expected in section["expected_exponent"].items():
         fits = section[side]
-        out.append(
-            [
-                f"5. Transformer exponent vs target length, {side}",
-                f"about {expected:g}",
-                f"slope {fits['exponent']} (upper half {fits['exponent_upper_half']}); "
-                f"k = {fits['offset_power_fit']['k']} in a + b L^k",
-                "reported",
-            ]
+        result = (
+            f"slope {fits['exponent']} (upper half {fits['exponent_upper_half']}); "
+            f"k = {fits['offset_power_fit']['k']} in a + b L^k"
         )
+        if "fastest_round" in section:
+            fastest = section["fastest_round"][side]
+            result += f"; fastest rounds: slope {fastest['exponent']} ({fastest['exponent_upper_half']})"
+        out.append([f"5. Transformer exponent vs target length, {side}", f"about {expected:g}", result, "reported"])
     return out
