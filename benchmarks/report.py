@@ -406,6 +406,11 @@ def _render(results):
                     "reported",
                 ]
             )
+        if "transformer" in s:  # results from before the Transformer rows have none
+            from benchmarks import bench_scaling
+
+            out += bench_scaling.transformer_markdown(s["transformer"], _table, _fmt)
+            summary += bench_scaling.transformer_summary_rows(s["transformer"])
 
     s = sections.get("gpu")
     if s and "error" not in s:
