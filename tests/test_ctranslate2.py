@@ -96,7 +96,7 @@ class Seq2Seq:
         )
 
     def decode(self, **options):
-        result = self.decoder(**options)(self.memory)
+        result = self.decoder(**options)(self.memory, memory_mask=self.source != 0)
         return {key: ops.convert_to_numpy(result[key]) for key in ("ids", "lengths", "scores")}
 
     def sequence_log_probs(self, ids, lengths):
@@ -161,11 +161,26 @@ def test_greedy_ids_lengths_and_scores_equal_keras(converted):
     np.testing.assert_allclose(theirs["scores"][same], ours["scores"][same], atol=1e-4)
 
 
+def test_attention_is_our_alignments(converted):
+    """`return_attention`: the last layer's cross-attention averaged over its heads, as our `alignments`."""
+    model, directory, translator = converted
+    result = model.decoder(return_alignments=True)(model.memory[:40], memory_mask=model.source[:40] != 0)
+    alignments = ops.convert_to_numpy(result["alignments"])
+    rows = [[SOURCE_TOKENS[i] for i in row if i] for row in model.source[:40]]
+    results = translator.translate_batch(rows, beam_size=1, return_attention=True, **SAME_AS_OURS)
+    compared = 0
+    for row, result in enumerate(results):
+        attention = np.array(result.attention[0]).reshape(-1, len(rows[row]))
+        np.testing.assert_allclose(attention, alignments[row, : len(attention), : len(rows[row])], atol=1e-5)
+        compared += len(attention)
+    assert compared >= 80  # steps compared over the 40 rows
+
+
 def test_beam_search_best_hypotheses(converted):
     """Finished hypotheses: CTranslate2 moves them out of the beam and refills it with running
     ones (and stops once the top beam has ended); ours keep their slot, as TensorFlow Addons'
     beam search did, so fewer hypotheses keep running. The best hypotheses agree on most rows
-    (measured at widths 2 and 4: 95-100% pre-norm, 90-100% post-norm); on every row CTranslate2's
+    (measured: 98-100% at width 2, 87-99% at width 4, by configuration); on every row CTranslate2's
     is at least as likely as ours, and its score is the Keras model's for its ids: the two
     differ in the search, never in the model."""
     model, directory, translator = converted
@@ -175,7 +190,7 @@ def test_beam_search_best_hypotheses(converted):
             directory, model.source, translator=translator, beam_size=width, num_hypotheses=width, **SAME_AS_OURS
         )
         best = (theirs["ids"][:, 0, :MAX_LENGTH] == ours["ids"][:, 0]).all(1)
-        assert best.mean() >= 0.85, (width, best.mean())
+        assert best.mean() >= 0.8, (width, best.mean())
         np.testing.assert_allclose(theirs["scores"][best, 0], ours["scores"][best, 0], atol=1e-4)
         assert (theirs["scores"][:, 0] >= ours["scores"][:, 0] - 1e-4).all()
         keras_scores = model.sequence_log_probs(theirs["ids"][:, 0, :MAX_LENGTH], theirs["lengths"][:, 0])

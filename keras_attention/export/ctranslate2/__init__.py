@@ -26,20 +26,25 @@ What maps to what (CTranslate2 linears are `(out, in)`; Keras's
 | `start_token`, `end_token`                    | `decoder_start_token`, `eos_token`           |
 
 The position table is our own layer's output for positions `0..P-1`, so
-sinusoidal and learned positions both match exactly (CTranslate2's own
-sinusoids put all sines before all cosines; ours interleave them). What the
-spec cannot express is refused before anything is written: a recurrent
-decoder, rotary positions, an activation CTranslate2 lacks, heads whose sizes
-do not add up to the model size, a post-norm stack with a final norm,
-different layer-norm epsilons, vocabularies of the wrong size.
+sinusoidal and learned positions both match exactly, whatever layout
+CTranslate2's built-in sinusoids have. What the spec cannot express is
+refused before anything is written: a recurrent decoder, rotary positions, an
+activation CTranslate2 lacks, heads whose sizes do not add up to the model
+size, a post-norm stack with a final norm, different layer-norm epsilons,
+vocabularies of the wrong size or with repeated tokens.
 
 The search options stay on each side: CTranslate2 takes them per call
 (`translate_batch`). Greedy is `beam_size=1`; CTranslate2's
-`min_decoding_length` defaults to 1 (ours: `min_length=0`), and its scores
-are the sum of the tokens' log-probabilities, the end token's included,
-divided by `length ** length_penalty` (`length_penalty=1` by default; 0 gives
-our unpenalised score). Our beam search's GNMT penalty divides by
-`((5 + length) / 6) ** alpha`: the two agree at alpha 0 only.
+`min_decoding_length` defaults to 1 (ours: `min_length=0`); its scores are
+the sum of the tokens' log-probabilities, the end token's included, divided
+by `m ** length_penalty` (`m` the tokens without the end token;
+`length_penalty=1` by default, 0 gives our unpenalised score). Our beam
+search's GNMT penalty divides by `((5 + n) / 6) ** alpha` (`n` counting the
+end token): the two agree at alpha 0 only. Its beam search also takes a
+finished hypothesis out of the beam and refills it, where ours keeps it in
+its slot: the best hypotheses differ on a few rows (docs/serving.md has the
+measures). `return_attention` is our `alignments` (the last layer's heads
+averaged).
 
 The modules: `converter` (the checks and `KerasTransformerConverter`, which
 fills the spec), `writer` (`export_ctranslate2`: the directory, written
