@@ -258,6 +258,10 @@ REFUSALS = {
     "repeated tokens": (lambda m: {"source_vocabulary": ["x"] * V}, "`source_vocabulary` repeats the tokens ['x']"),
     "quantization": (lambda m: {"quantization": "int4"}, "`quantization` is 'int4'; expected one of (None, "),
     "epsilons": (dict(layer_norm_epsilon=1e-6), "has layer_norm_epsilon 1e-05, the encoder 1e-06"),
+    "end token": (
+        lambda m: {"decoder": ka.TransformerInferenceDecoder(m.stack, m.target_embedding, m.readout, START, V, 4)},
+        "`decoder.end_token` is 20, outside the target vocabulary's 20 ids",
+    ),
 }
 
 

@@ -208,7 +208,17 @@ class KerasTransformerConverter(Converter):
         self.source_positions = _position_table("source_position", source_position, model_dim, max_positions)
         self.target_positions = _position_table("decoder.position", decoder.position, decoder_dim, max_positions)
         self.encoder_first, self.decoder_first = encoder_first, decoder_first
-        self.unknown_token = getattr(source_vocabulary, "unknown_token", None) or self.source_tokens[0]
+        for argument, token in (("start_token", decoder.start_token), ("end_token", decoder.end_token)):
+            if token >= len(self.target_tokens):
+                _refuse(
+                    f"decoder.{argument}",
+                    f"is {token}, outside the target vocabulary's {len(self.target_tokens)} ids",
+                    "give the decoder the ids it was trained with",
+                )
+        # Unlisted source tokens (text given to CTranslate2 directly): the vocabulary's own unknown token.
+        self.unknown_token = getattr(source_vocabulary, "unknown_token", None) or (
+            "<unk>" if "<unk>" in self.source_tokens else self.source_tokens[0]
+        )
 
     def _stack_spec(self, stack_class, stack, first, **options):
         return stack_class(

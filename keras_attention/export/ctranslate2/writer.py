@@ -62,8 +62,8 @@ def export_ctranslate2(
         source_embedding: the source `keras.layers.Embedding`.
         source_vocabulary: token strings in id order (a list, or a
             `keras_attention.text.Vocabulary`), one per embedding row. Its
-            `unknown_token` (else its first token, the padding) is what
-            CTranslate2 reads unlisted source tokens as.
+            `unknown_token` (else "<unk>" when listed, else its first token,
+            the padding) is what CTranslate2 reads unlisted source tokens as.
         target_vocabulary: the target's, likewise (the read-out's ids).
         source_position: the layer adding the source positions, or None.
         quantization: None (float32), "int8" or "int8_float32" (CTranslate2's
