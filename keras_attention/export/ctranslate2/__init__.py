@@ -1,0 +1,76 @@
+"""CTranslate2: the library's Transformer encoder-decoder as a CTranslate2 model directory.
+
+`export_ctranslate2` reads the layers a user composed the Transformer from
+(source embedding, source positions, `TransformerEncoderStack`; and the
+`TransformerInferenceDecoder` holding the target embedding, target
+positions, `TransformerDecoderStack` and read-out), fills CTranslate2's
+`TransformerSpec` through a `ctranslate2.converters.Converter` and writes the
+model directory that `ctranslate2.Translator` loads. `translate_ids` runs it
+on id arrays and returns ids, lengths and scores laid out as our decoders'.
+
+What maps to what (CTranslate2 linears are `(out, in)`; Keras's
+`(in, out)`):
+
+| ours                                          | CTranslate2                                  |
+|-----------------------------------------------|----------------------------------------------|
+| query/key/value kernels `(d, H, k)`, biases   | self-attention `linear[0]`, fused `(3Hk, d)` |
+| cross-attention query; key and value          | `linear[0]`; fused `linear[1]` `(2Hk, d)`    |
+| output kernel `(H, k, d)`                     | `linear[-1]` `(d, Hk)`                       |
+| `feed_forward_in`, `feed_forward_out`         | `ffn.linear_0`, `ffn.linear_1`               |
+| each sublayer's norm (`gamma`, `beta`)        | the sublayer spec's `layer_norm`             |
+| `norm_first`, the stacks' `output_norm`       | `pre_norm`, `no_final_norm`, `layer_norm`    |
+| `layer_norm_epsilon`                          | `config.layer_norm_epsilon`                  |
+| embeddings (not scaled)                       | `embeddings`, `scale_embeddings = False`     |
+| position layer, positions `0..P-1`            | `position_encodings.encodings` `(P, d)`      |
+| read-out `Dense`                              | `decoder.projection`                         |
+| `start_token`, `end_token`                    | `decoder_start_token`, `eos_token`           |
+
+The position table is our own layer's output for positions `0..P-1`, so
+sinusoidal and learned positions both match exactly, whatever layout
+CTranslate2's built-in sinusoids have. What the spec cannot express is
+refused before anything is written: a recurrent decoder, rotary positions, an
+activation CTranslate2 lacks, heads whose sizes do not add up to the model
+size, a post-norm stack with a final norm, different layer-norm epsilons,
+vocabularies of the wrong size or with repeated tokens.
+
+The search options stay on each side: CTranslate2 takes them per call
+(`translate_batch`). Greedy is `beam_size=1`; CTranslate2's
+`min_decoding_length` defaults to 1 (ours: `min_length=0`); its scores are
+the sum of the tokens' log-probabilities, the end token's included, divided
+by `m ** length_penalty` (`m` the tokens without the end token;
+`length_penalty=1` by default, 0 gives our unpenalised score). Our beam
+search's GNMT penalty divides by `((5 + n) / 6) ** alpha` (`n` counting the
+end token): the two agree at alpha 0 only. Its beam search also takes a
+finished hypothesis out of the beam and refills it, where ours keeps it in
+its slot: the best hypotheses differ on a few rows (docs/serving.md has the
+measures). `return_attention` is our `alignments` (the last layer's heads
+averaged).
+
+The modules: `converter` (the checks and `KerasTransformerConverter`, which
+fills the spec), `writer` (`export_ctranslate2`: the directory, written
+beside itself and renamed into place) and `runner` (`translate_ids`).
+"""
+
+INSTALL = "pip install 'keras-attention-decoders[ctranslate2]'"
+try:
+    import ctranslate2  # noqa: F401
+except ImportError as error:  # the package is the extra's: say how to get it
+    raise ImportError(f"keras_attention.export.ctranslate2 needs CTranslate2: {INSTALL}") from error
+
+from keras_attention.export.ctranslate2.converter import (  # noqa: E402
+    DEFAULT_MAX_POSITIONS,
+    QUANTIZATIONS,
+    KerasTransformerConverter,
+)
+from keras_attention.export.ctranslate2.runner import model_config, translate_ids  # noqa: E402
+from keras_attention.export.ctranslate2.writer import export_ctranslate2  # noqa: E402
+
+__all__ = [
+    "DEFAULT_MAX_POSITIONS",
+    "INSTALL",
+    "QUANTIZATIONS",
+    "KerasTransformerConverter",
+    "export_ctranslate2",
+    "model_config",
+    "translate_ids",
+]

@@ -1,0 +1,67 @@
+"""`translate_ids`: a converted model run by `ctranslate2.Translator` on id arrays, answered as our decoders answer."""
+
+import json
+from pathlib import Path
+
+import ctranslate2
+import numpy as np
+
+
+def _vocabulary(model_dir, side):
+    for name in (f"{side}_vocabulary.json", "shared_vocabulary.json"):
+        path = Path(model_dir) / name
+        if path.is_file():
+            return json.loads(path.read_text(encoding="utf-8"))
+    raise FileNotFoundError(f"translate_ids: {model_dir!s} has no {side} vocabulary; expected a model directory.")
+
+
+def translate_ids(model_dir, source_ids, pad_id=0, translator=None, **options):
+    """Run a model `export_ctranslate2` wrote on source ids: ids, lengths and scores as our decoders give them.
+
+    Each source row is cut at its first `pad_id` (our padding); the target
+    ids are padded with the end id. `options` are
+    `ctranslate2.Translator.translate_batch`'s (`beam_size`,
+    `length_penalty`, `num_hypotheses`, `max_decoding_length`,
+    `min_decoding_length`, ...). Give `translator` to reuse a loaded one.
+
+    Returns:
+        `{"ids": (B, [n,] L) int32, "lengths": (B, [n]) with the end token
+        counted when it was produced, "scores": (B, [n]) CTranslate2's
+        scores}`: the beam axis `n` when `num_hypotheses` is given.
+    """
+    translator = translator or ctranslate2.Translator(str(model_dir), device="cpu")
+    source_tokens, target_tokens = _vocabulary(model_dir, "source"), _vocabulary(model_dir, "target")
+    target_ids = {token: index for index, token in enumerate(target_tokens)}
+    end_id = target_ids[model_config(model_dir)["eos_token"]]
+    source_ids = np.asarray(source_ids)
+    outside = source_ids[(source_ids < 0) | (source_ids >= len(source_tokens))]
+    if outside.size:
+        raise ValueError(
+            f"translate_ids: `source_ids` holds {outside.flat[0]}, outside the source vocabulary's "
+            f"{len(source_tokens)} ids; expected ids of the vocabulary the model was converted with."
+        )
+    rows = []
+    for row in source_ids.tolist():
+        rows.append([source_tokens[i] for i in (row[: row.index(pad_id)] if pad_id in row else row)])
+    results = translator.translate_batch(rows, return_scores=True, **options)
+    hypotheses = [[[target_ids[token] for token in tokens] for tokens in result.hypotheses] for result in results]
+    max_length = options.get("max_decoding_length", 256)  # CTranslate2's default
+    width = max([max_length] + [len(tokens) for row in hypotheses for tokens in row])
+    beams = max(len(row) for row in hypotheses)
+    ids = np.full((len(rows), beams, width), end_id, "int32")
+    lengths = np.zeros((len(rows), beams), "int32")
+    scores = np.full((len(rows), beams), -np.inf, "float32")
+    for b, (row, result) in enumerate(zip(hypotheses, results)):
+        scores[b, : len(row)] = result.scores
+        for k, tokens in enumerate(row):
+            ids[b, k, : len(tokens)] = tokens
+            # CTranslate2 drops the end token; one cut at the limit never produced it, and ours count it when produced.
+            lengths[b, k] = len(tokens) + (len(tokens) < max_length)
+    if options.get("num_hypotheses") is None:
+        ids, lengths, scores = ids[:, 0], lengths[:, 0], scores[:, 0]
+    return {"ids": ids, "lengths": lengths, "scores": scores}
+
+
+def model_config(model_dir):
+    """The model directory's `config.json` as a dict."""
+    return json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
