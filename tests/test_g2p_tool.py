@@ -149,6 +149,30 @@ def test_a_model_the_budget_stopped_unconverged_is_reported():
     )
 
 
+def test_the_members_that_pronounce_best_together_on_dev_are_chosen():
+    from keras_attention.g2p.train_command import choose_members
+
+    # The measured case: member 0 never converged; the best two beat all four.
+    alone = {0: (63.0, 29.6), 1: (44.0, 18.3), 2: (42.0, 15.6), 3: (44.0, 17.8)}
+    together = {(2, 3): (36.0, 15.3), (2, 3, 1): (37.0, 14.6), (2, 3, 1, 0): (42.0, 16.0)}
+    asked = []
+
+    def dev_score(numbers):
+        asked.append(tuple(numbers))
+        return alone[numbers[0]] if len(numbers) == 1 else together[tuple(numbers)]
+
+    chosen, tried = choose_members(4, dev_score)
+    assert chosen == [2, 3]  # ranked alone 2, 3 (PER breaks the 44% tie), 1, 0
+    assert [entry["members"] for entry in tried] == [[2], [2, 3], [2, 3, 1], [2, 3, 1, 0]]
+    assert [entry["dev_wer"] for entry in tried] == [42.0, 36.0, 37.0, 42.0]
+    assert sorted(asked) == [(0,), (1,), (2,), (2, 3), (2, 3, 1), (2, 3, 1, 0), (3,)]
+
+    # A tie in WER and PER keeps the fewer members; one member is never scored.
+    chosen, _ = choose_members(2, lambda numbers: (10.0, 2.0))
+    assert chosen == [0]
+    assert choose_members(1, lambda numbers: pytest.fail("nothing to choose")) == ([0], [])
+
+
 def test_a_time_budget_shrinks_the_ensemble_then_the_epochs():
     free = settings.choose(8000, set("a"))
     # Two rounds of two models side by side: 2,750 updates of 0.05588 s, 22 epochs of 2 s, 30 s a model.
