@@ -203,6 +203,11 @@ def main(argv=None):
         label, directory = args.record
         if label not in ("before", "after"):
             parser.error(f"--record's LABEL must be 'before' or 'after', got {label!r}")
+        if not args.command.startswith(("python -m ", "make ")):
+            # Every results file records the command that remakes it (tests/test_docs.py).
+            parser.error(
+                f"--record needs --command, the 'python -m ...' or 'make ...' that made it; got {args.command!r}"
+            )
         record(label, os.path.join(directory, "results.json"), args.commit or head, args.command, args.wall_s)
     print_table(_load())
     return 0
