@@ -22,9 +22,22 @@ PYTEST := -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# uv installs every environment (pip installs uv itself, pinned): it fetches
+# in parallel, where pip fetched one file at a time. Measured on the 2-core
+# machine with nothing cached: the dev environment in 29 s where pip took
+# several minutes. Local wheel folders that pip is told of (PIP_FIND_LINKS,
+# e.g. a machine's CPU build of PyTorch) are passed on to uv, which reads no
+# pip settings.
+UV := $(BIN)/uv
+UV_INSTALL = $(UV) pip install -q -c constraints.txt $(foreach folder,$(PIP_FIND_LINKS),--find-links $(folder))
+
+$(UV): constraints.txt | $(BIN)/python
+	$(PIP) install --disable-pip-version-check -q -c constraints.txt uv
+	touch $@
+
 # One stamp per set of extras: re-install when pyproject.toml or the pins change.
-$(VENV)/.installed-%: pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP) install --disable-pip-version-check -q -c constraints.txt -e ".[$*]"
+$(VENV)/.installed-%: pyproject.toml constraints.txt $(UV)
+	$(UV_INSTALL) --python $(BIN)/python -e ".[$*]"
 	touch $@
 
 venv: $(VENV)/.installed-dev
@@ -35,9 +48,9 @@ test: $(VENV)/.installed-dev
 # The backend-neutral tests (modules marked `pytestmark =
 # pytest.mark.any_backend`) on JAX and on PyTorch, each in its own venv
 # without TensorFlow (.venv-jax, .venv-torch; pinned in constraints.txt).
-.venv-%/.installed: pyproject.toml constraints.txt
+.venv-%/.installed: pyproject.toml constraints.txt $(UV)
 	$(PYTHON) -m venv .venv-$*
-	.venv-$*/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt -e ".[$*,test]"
+	$(UV_INSTALL) --python .venv-$*/bin/python -e ".[$*,test]"
 	touch $@
 
 test-jax: .venv-jax/.installed
