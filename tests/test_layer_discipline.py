@@ -348,12 +348,48 @@ def test_every_row_s_gradients_match_finite_differences_in_float64(case):
 
     value_of_loss, analytic = value_and_gradients(loss, [query, value], layer.trainable_weights)
     assert keras.backend.standardize_dtype(value_of_loss.dtype) == "float64"
-    assert_input_gradients_match(loss, [query, value], analytic, indices=case.inputs_used, names=["query", "value"])
+    # Arrays of more than 8 entries along 3 random directions (gradient_check):
+    # the Transformer stacks' rows have dozens of weights of thousands of
+    # entries; entry by entry they took minutes each.
+    assert_input_gradients_match(
+        loss, [query, value], analytic, indices=case.inputs_used, names=["query", "value"], max_entries=8
+    )
     if "weight_gradients" not in case.skip:
         tensors = [ops.convert_to_tensor(x) for x in (query, value)]
-        # 16 entries and 4 directions per weight: the Transformer stacks' rows
-        # have thousands of entries, entry by entry they took minutes each.
-        assert_weight_gradients_match(layer, lambda: loss(*tensors), analytic[2:], max_entries=16)
+        assert_weight_gradients_match(layer, lambda: loss(*tensors), analytic[2:], max_entries=8)
+
+
+@float64_only_where_supported
+def test_the_directional_gradient_check_finds_an_error_in_any_one_entry():
+    """The check above samples directions, not entries: every one-entry error
+    of 0.1% of the gradient's norm, in a weight or an input, must still fail."""
+    rng = np.random.default_rng(3)
+    inputs = rng.normal(size=(3, 4))
+    layer = keras.layers.Dense(6, activation="tanh", dtype="float64")
+    layer.build((3, 4))
+    randomize(layer, rng)
+    readout = rng.normal(size=(3, 6))
+
+    def loss(x):
+        return ops.sum(layer(x) * readout)
+
+    _, analytic = value_and_gradients(loss, [inputs], layer.trainable_weights)
+    tensor = ops.convert_to_tensor(inputs)
+
+    def weight_loss():
+        return loss(tensor)
+
+    assert_input_gradients_match(loss, [inputs], analytic, max_entries=8)
+    assert_weight_gradients_match(layer, weight_loss, analytic[1:], max_entries=8)
+    for which, grad in enumerate(analytic[:2]):  # the input (12 entries), the kernel (24)
+        for index in np.ndindex(grad.shape):
+            wrong = [g.copy() for g in analytic]
+            wrong[which][index] += 1e-3 * np.linalg.norm(grad)
+            with pytest.raises(AssertionError):
+                if which == 0:
+                    assert_input_gradients_match(loss, [inputs], wrong, max_entries=8)
+                else:
+                    assert_weight_gradients_match(layer, weight_loss, wrong[1:], max_entries=8)
 
 
 @case_params(check="fit")
@@ -383,8 +419,10 @@ def test_functional_model_with_unknown_lengths_fits_with_xla(case):
         dataset = VaryingLengthBatches(batches)
     history = model.fit(dataset, epochs=2, shuffle=False, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
-    # Other lengths reuse the same model (the shapes were never fixed).
-    predictions = model.predict(dict(zip(INPUT_NAMES, _ordinary(rng, "float32", 4, 3, 11))), verbose=0)
+    # Other lengths reuse the same model (the shapes were never fixed), called
+    # directly: predict would compile a third XLA program for what the train
+    # step already ran compiled at two shapes.
+    predictions = ops.convert_to_numpy(model(dict(zip(INPUT_NAMES, _ordinary(rng, "float32", 4, 3, 11)))))
     assert predictions.shape == (4, 3) and np.isfinite(predictions).all()
     for old, new in zip(before, attention.trainable_weights):
         assert not np.allclose(old, new.numpy()), f"{new.path} did not train"
