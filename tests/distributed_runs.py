@@ -100,16 +100,18 @@ def compile_trainer(trainer):
     # Plain SGD: its step is linear in the gradient, so equal gradients give
     # equal weights (Adam's first steps, g / |g|, would magnify rounding).
     trainer.compile(
-        optimizer=keras.optimizers.SGD(0.5), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     )
 
 
-def train(trainer, batches):
-    """Each batch's loss (metrics reset first: the batch's own, not a running mean)."""
+def fit(trainer, batches):
+    """One epoch of `fit` over `batches` in order: the loss after each batch (the running mean
+    over the epoch, as Keras logs it: equal runs give equal means batch for batch). Under a
+    strategy or distribution, `fit` splits each (global) batch across the replicas."""
+    inputs = [np.concatenate(part) for part in zip(*batches, strict=True)]
     losses = []
-    for source, target_in, target_out in batches:
-        trainer.reset_metrics()
-        losses.append(float(trainer.train_on_batch([source, target_in], target_out)))
+    record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: losses.append(float(logs["loss"])))
+    trainer.fit(inputs[:2], inputs[2], batch_size=BATCH, shuffle=False, epochs=1, verbose=0, callbacks=[record])
     return losses
 
 
@@ -124,18 +126,23 @@ def data_parallel_run(kind, scope, replicas):
     start = random_weights(reference, kind)
     reference.set_weights(start)
     compile_trainer(reference)
-    one = train(reference, batches)
+    one = fit(reference, batches)
     with scope():
         distributed, _ = build(kind)
         distributed.set_weights(start)
         compile_trainer(distributed)
-    many = train(distributed, batches)
+    many = fit(distributed, batches)
     return {
         "replicas": replicas,
         "losses_one_device": one,
         "losses_distributed": many,
         "weight_difference": max_difference(reference.get_weights(), distributed.get_weights()),
+        "weight_size": max(float(np.max(np.abs(w))) for w in reference.get_weights()),
         "trained_distance": max_difference(start, distributed.get_weights()),
+        "most_different_weight": max(
+            zip(reference.weights, distributed.weights),
+            key=lambda pair: max_difference([pair[0].value], [pair[1].value]),
+        )[0].path,
     }
 
 
@@ -147,6 +154,51 @@ def tensorflow_data_parallel(kind):
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     strategy = tf.distribute.MirroredStrategy([device.name for device in tf.config.list_logical_devices("CPU")])
     return data_parallel_run(kind, strategy.scope, strategy.num_replicas_in_sync)
+
+
+def tensorflow_multi_worker(kind):
+    """`tf.distribute.MultiWorkerMirroredStrategy`, this process one worker of `TF_CONFIG`'s
+    cluster: `fit` on the global batches (each worker reading its share of every batch)
+    beside `fit` on one device in this process, the running mean of the loss after each batch."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    inputs = [np.concatenate(part) for part in zip(*data(), strict=True)]
+
+    def dataset():
+        batches = tf.data.Dataset.from_tensor_slices(((inputs[0], inputs[1]), inputs[2])).batch(BATCH)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        return batches.with_options(options)
+
+    def fit(trainer):
+        losses = []
+        record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: losses.append(logs["loss"]))
+        trainer.fit(dataset(), epochs=1, verbose=0, callbacks=[record])
+        return [float(loss) for loss in losses]
+
+    reference, _ = build(kind)
+    start = random_weights(reference, kind)
+    reference.set_weights(start)
+    compile_trainer(reference)
+    one = fit(reference)
+    with strategy.scope():
+        distributed, _ = build(kind)
+        distributed.set_weights(start)
+        compile_trainer(distributed)
+    many = fit(distributed)
+    return {
+        "replicas": strategy.num_replicas_in_sync,
+        "losses_one_device": one,
+        "losses_distributed": many,
+        "weight_difference": max_difference(reference.get_weights(), distributed.get_weights()),
+        "weight_size": max(float(np.max(np.abs(w))) for w in reference.get_weights()),
+        "trained_distance": max_difference(start, distributed.get_weights()),
+        "most_different_weight": max(
+            zip(reference.weights, distributed.weights),
+            key=lambda pair: max_difference([pair[0].value], [pair[1].value]),
+        )[0].path,
+    }
 
 
 def jax_data_parallel(kind):
@@ -223,6 +275,7 @@ def _search_run(method):
 RUNS = {
     ("data_parallel", "tensorflow"): tensorflow_data_parallel,
     ("data_parallel", "jax"): jax_data_parallel,
+    ("multi_worker", "tensorflow"): tensorflow_multi_worker,
     ("model_parallel_training", "jax"): jax_model_parallel_training,
     ("model_parallel_greedy", "jax"): _search_run("greedy"),
     ("model_parallel_beam", "jax"): _search_run("beam"),
