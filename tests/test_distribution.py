@@ -1,5 +1,6 @@
 """Scaling out on TensorFlow, and the layout map's patterns: `MirroredStrategy` over two logical
-CPUs trains the LSTM and Transformer seq2seq models to one device's losses and weights; the
+CPUs trains the LSTM and Transformer seq2seq models to one device's losses and weights, and so
+does `MultiWorkerMirroredStrategy` with two worker processes (the LSTM model); the
 library's `LayoutMap` splits exactly the weights it documents; docs/scaling-out.md's matrix
 names these tests (the JAX runs: tests/test_distribution_jax.py)."""
 
@@ -8,6 +9,7 @@ import inspect
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -167,6 +169,51 @@ def test_the_documented_example_runs():
 def test_mirrored_strategy_over_two_cpus_trains_like_one_device(model):
     report = run_distributed("data_parallel", model, KERAS_BACKEND="tensorflow")
     assert_trains_like_one_device(report, replicas=2)
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for each in sockets:
+        each.bind(("localhost", 0))
+    ports = [each.getsockname()[1] for each in sockets]
+    for each in sockets:
+        each.close()
+    return ports
+
+
+def test_two_worker_processes_train_like_one_device():
+    """`MultiWorkerMirroredStrategy` with two worker processes on localhost (`TF_CONFIG`), each
+    training on its half of every global batch: both end with one device's losses and weights."""
+    cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.distributed_runs", "multi_worker", "lstm"],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "KERAS_BACKEND": "tensorflow",
+                "TF_CPP_MIN_LOG_LEVEL": "3",
+                "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for index in range(2)
+    ]
+    reports = []
+    try:
+        for worker in workers:
+            out, err = worker.communicate(timeout=600)
+            assert worker.returncode == 0, err[-4000:]
+            reports.append(json.loads(out.strip().splitlines()[-1])["report"])
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+    assert [report["task"] for report in reports] == [0, 1]
+    for report in reports:
+        assert_trains_like_one_device(report, replicas=2)
 
 
 # ------------------------------------------------------------- the docs page
