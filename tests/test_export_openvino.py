@@ -18,58 +18,14 @@ openvino = pytest.importorskip(
 
 import keras_attention as ka  # noqa: E402
 from keras_attention.export import ExportError, export_model, openvino_format  # noqa: E402
-from tests.export_models import additive, beam, greedy, multi_head  # noqa: E402
+from tests.export_models import additive, greedy, multi_head  # noqa: E402
 from tests.test_runtime_options_export import OPTIONS, VOCABULARY, keras_ids, sources  # noqa: E402
 
-SIGNATURES = {"serving_default": multi_head, "greedy": greedy, "beam": beam}
-OUTPUTS = {"serving_default": ["logits"], "greedy": ["ids", "scores"], "beam": ["ids", "scores"]}
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """The three models as signatures of one export, ONNX and OpenVINO
-    (converted from the export's own ONNX files)."""
-    keras.utils.set_random_seed(0)
-    models = {name: build() for name, build in SIGNATURES.items()}
-    directory = tmp_path_factory.mktemp("openvino") / "export"
-    report = export_model(models, directory, formats=["onnx", "openvino"])
-    return models, directory, report
-
-
-def test_layer_and_decode_loop_models_agree_with_keras(exported):
-    _, directory, report = exported
-    stems = {"serving_default": "model", "greedy": "greedy", "beam": "beam"}
-    written = sorted(f"{stem}.{suffix}" for stem in stems.values() for suffix in ("bin", "onnx", "xml"))
-    assert sorted(p.name for p in directory.iterdir()) == [*written, "report.json"]
-    assert report.paths["openvino"] == {name: str(directory / f"{stem}.xml") for name, stem in stems.items()}
-    rows = {(row.signature, row.output): row for row in report.parity if row.format == "openvino"}
-    assert set(rows) == {(name, output) for name, outputs in OUTPUTS.items() for output in outputs}
-    for (_, output), row in rows.items():
-        assert row.ok, row
-        if output == "ids":  # exactly, and in Keras's dtype
-            assert (row.max_abs_diff, row.dtype) == (0.0, "int32")
-        else:
-            assert row.max_abs_diff <= 1e-4 and row.dtype == "float32"
-    for name, stem in stems.items():
-        graph = (directory / f"{stem}.xml").read_text()
-        # The decode loops inside the IR; weights float32.
-        assert ('type="Loop"' in graph) == (name != "serving_default"), name
-        assert 'element_type="f16"' not in graph and 'element_type="f32"' in graph
-
-
-@pytest.mark.parametrize("batch", [5, 0])
-def test_the_ir_decodes_fresh_inputs_as_keras_does(exported, batch):
-    models, directory, _ = exported
-    ids = np.random.default_rng(batch).integers(1, 12, size=(batch, 9)).astype("int32")
-    if batch:
-        ids[1, 4:] = 0
-    for name, stem in (("greedy", "greedy"), ("beam", "beam")):
-        got = openvino_format.run_compiled(openvino_format.compile_ir(directory / f"{stem}.xml"), {"source": ids})
-        want = {k: keras.ops.convert_to_numpy(v) for k, v in models[name](ids).items()}
-        assert got.keys() == want.keys() == {"ids", "scores"}
-        assert got["ids"].shape == want["ids"].shape == ((batch, 3, 6) if name == "beam" else (batch, 6))
-        np.testing.assert_array_equal(got["ids"], want["ids"])
-        np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-4)
+OUTPUTS = {
+    "serving_default": ["logits"],
+    "greedy": ["ids", "scores"],
+    "beam": ["alignments", "finished", "ids", "lengths", "log_probs", "scores"],
+}
 
 
 def beam_with_options():
@@ -101,34 +57,93 @@ def beam_with_options():
     return model, decoder
 
 
-def test_run_time_options_are_honoured(tmp_path):
-    """The beam decoder's run-time options as IR inputs, each batch of
-    options agreeing with Keras; written without the `onnx` format, whose
-    file the conversion needed and removed."""
-    model, decoder = beam_with_options()
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A layer model, a greedy decoder and a beam decoder with run-time
+    options as the signatures of one export, ONNX and OpenVINO (converted
+    from the export's own ONNX files), verified on a padded batch and on one
+    batch per option set to values that change the beam's ids."""
+    beam_model, beam_decoder = beam_with_options()
+    models = {"serving_default": multi_head(), "greedy": greedy(), "beam": beam_model}
     source = sources()
-    batches = [{"source": source}] + [{"source": source, name: value} for name, value in OPTIONS["beam"].items()]
-    default = keras_ids(model, decoder, batches[0])
-    for batch in batches[1:]:  # each option changes the ids: the parity below is not the defaults'
-        assert not np.array_equal(keras_ids(model, decoder, batch), default), sorted(batch)
-    report = export_model(model, tmp_path / "export", formats=["openvino"], sample_inputs=batches)
-    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["model.bin", "model.xml", "report.json"]
-    assert len(report.batches["serving_default"]) == len(batches)
-    assert report.max_abs_diff("openvino", "ids") == 0 and report.max_abs_diff("openvino", "lengths") == 0
-    assert report.max_abs_diff("openvino", "scores") <= 1e-4
-    assert any(note.startswith("OpenVINO 'serving_default': ['") for note in report.notes)
-    # The options are inputs of the IR (not folded into constants); fed
-    # all at once they give Keras's ids, fed empty the defaults' ids.
-    compiled = openvino_format.compile_ir(tmp_path / "export" / "model.xml")
+    padded = np.random.default_rng(5).integers(1, VOCABULARY, size=(2, 9)).astype("int32")
+    padded[0, 3:] = 0
+    batches = [{"source": padded}, {"source": source}]
+    batches += [{"source": source, name: value} for name, value in OPTIONS["beam"].items()]
+    directory = tmp_path_factory.mktemp("openvino") / "export"
+    report = export_model(models, directory, formats=["onnx", "openvino"], sample_inputs=batches)
+    return models, beam_decoder, batches, directory, report
+
+
+def test_layer_and_decode_loop_models_agree_with_keras(exported):
+    models, decoder, batches, directory, report = exported
+    stems = {"serving_default": "model", "greedy": "greedy", "beam": "beam"}
+    written = sorted(f"{stem}.{suffix}" for stem in stems.values() for suffix in ("bin", "onnx", "xml"))
+    assert sorted(p.name for p in directory.iterdir()) == [*written, "report.json"]
+    assert report.paths["openvino"] == {name: str(directory / f"{stem}.xml") for name, stem in stems.items()}
+    assert all(len(report.batches[name]) == len(batches) for name in stems)
+    # Each option batch changes Keras's ids: the beam's parity is not only the defaults'.
+    default = keras_ids(models["beam"], decoder, batches[1])
+    for batch in batches[2:]:
+        assert not np.array_equal(keras_ids(models["beam"], decoder, batch), default), sorted(batch)
+    rows = {(row.signature, row.output): row for row in report.parity if row.format == "openvino"}
+    assert set(rows) == {(name, output) for name, outputs in OUTPUTS.items() for output in outputs}
+    for (_, output), row in rows.items():
+        assert row.ok, row
+        if row.exact:  # ids, lengths and flags equal, in Keras's dtype
+            assert row.max_abs_diff == 0.0 and row.dtype == ("bool" if output == "finished" else "int32")
+        else:
+            assert row.max_abs_diff <= 1e-4 and row.dtype == "float32"
+    for name, stem in stems.items():
+        graph = (directory / f"{stem}.xml").read_text()
+        # The decode loops inside the IR; weights float32.
+        assert ('type="Loop"' in graph) == (name != "serving_default"), name
+        assert 'element_type="f16"' not in graph and 'element_type="f32"' in graph
+
+
+def test_run_time_options_are_inputs_of_the_ir(exported):
+    """Not folded into constants: fed all at once they give Keras's ids, fed
+    empty the defaults' ids."""
+    models, decoder, batches, directory, report = exported
+    assert any(note.startswith("OpenVINO 'beam': ['") for note in report.notes)
+    compiled = openvino_format.compile_ir(directory / "beam.xml")
     assert {name for port in compiled.inputs for name in port.get_names()} == {"source", *OPTIONS["beam"]}
+    source = batches[1]["source"]
     everything = {"source": source, **OPTIONS["beam"]}
     feeds = {name: np.asarray(everything[name], _dtype(compiled, name)).reshape(-1) for name in OPTIONS["beam"]}
     got = openvino_format.run_compiled(compiled, {"source": source, **feeds})["ids"]
-    np.testing.assert_array_equal(got, keras_ids(model, decoder, everything))
+    np.testing.assert_array_equal(got, keras_ids(models["beam"], decoder, everything))
     defaults = {name: np.zeros(0, _dtype(compiled, name)) for name in OPTIONS["beam"]}
-    default_ids = openvino_format.run_compiled(compiled, {"source": source, **defaults})["ids"]
-    np.testing.assert_array_equal(default_ids, default)
+    default = openvino_format.run_compiled(compiled, {"source": source, **defaults})["ids"]
+    np.testing.assert_array_equal(default, keras_ids(models["beam"], decoder, {"source": source}))
     assert not np.array_equal(got, default)
+
+
+@pytest.mark.parametrize("batch", [5, 0])
+def test_the_ir_decodes_fresh_inputs_as_keras_does(exported, batch):
+    models, decoder, _, directory, _ = exported
+    ids = np.random.default_rng(batch).integers(1, VOCABULARY, size=(batch, 7)).astype("int32")
+    if batch:
+        ids[1, 4:] = 0
+    for name, steps in (("greedy", 6), ("beam", 8)):
+        compiled = openvino_format.compile_ir(directory / f"{name}.xml")
+        options = [port.get_any_name() for port in compiled.inputs if port.get_any_name() != "source"]
+        feeds = {"source": ids, **{option: np.zeros(0, _dtype(compiled, option)) for option in options}}
+        got = openvino_format.run_compiled(compiled, feeds)
+        keras_feeds = {"source": ids, **dict.fromkeys(options)} if options else ids
+        want = {k: keras.ops.convert_to_numpy(v) for k, v in models[name](keras_feeds).items()}
+        assert got.keys() == want.keys() == set(OUTPUTS[name])
+        assert got["ids"].shape == want["ids"].shape == ((batch, 3, steps) if name == "beam" else (batch, steps))
+        np.testing.assert_array_equal(got["ids"], want["ids"])
+        np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-4)
+
+
+def test_without_the_onnx_format_its_file_is_written_for_the_conversion_only(tmp_path):
+    inputs = keras.Input((3,), name="features")
+    model = keras.Model(inputs, keras.layers.Dense(2, name="scores")(inputs))
+    report = export_model(model, tmp_path / "export", formats=["openvino"], opset=15)
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["model.bin", "model.xml", "report.json"]
+    assert report.ok and 0 <= report.max_abs_diff("openvino", "scores") <= 1e-6
 
 
 def _dtype(compiled, name):
