@@ -169,9 +169,10 @@ def test_a_graph_the_onnx_reader_cannot_convert_is_refused_leaving_nothing(tmp_p
 
 def test_a_graph_the_runtime_fails_on_is_refused_leaving_nothing(tmp_path):
     """Unmasked additive attention over float queries converts, but
-    OpenVINO's CPU runtime fails in the `If` around its map over the batch
-    (a Reshape inside is given a shape its pattern does not fit); onnxruntime
-    runs the same ONNX file."""
+    OpenVINO's CPU runtime fails on its score (the einsum `bqvu,u->bqv`: a
+    Reshape is given (50, 1) values for a (1, 2, 5, 1) pattern), here inside
+    the `If` that chooses chunking at run time; onnxruntime runs the same
+    ONNX file."""
     with pytest.raises(ExportError) as caught:
         export_model(additive(), tmp_path / "export", formats=["openvino"])
     message = str(caught.value)
