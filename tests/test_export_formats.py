@@ -20,6 +20,8 @@ from tests.layer_cases import randomize_model
 pytestmark = pytest.mark.any_backend
 
 KERAS_FILE = "keras_file"
+# The built-in formats: the defaults (`FORMATS`) and OpenVINO, written when named.
+REGISTERED = ("saved_model", "onnx", "openvino")
 # Beside the toy format, a built-in one this backend writes for a masked layer model (support.py).
 BUILT_IN = ["onnx"] if keras.backend.backend() == "tensorflow" else []
 
@@ -67,7 +69,7 @@ def keras_file_format():
     registered = formats.register_format(KERAS_FILE, write_keras_files, keras_file_runner)
     yield registered
     formats.unregister_format(KERAS_FILE)
-    assert formats.registered_formats() == ("saved_model", "onnx")
+    assert formats.registered_formats() == REGISTERED
 
 
 def test_a_format_registered_outside_the_library_is_written_and_verified(tmp_path, keras_file_format):
@@ -113,11 +115,13 @@ def test_a_writer_that_fails_halfway_leaves_nothing(tmp_path, keras_file_format)
 
 def test_unknown_and_repeated_names_are_refused_with_the_known_ones(tmp_path, keras_file_format):
     with pytest.raises(
-        ValueError, match=r"unknown export format 'tflite'; registered formats: \('saved_model', 'onnx', 'keras_file'\)"
+        ValueError,
+        match=r"unknown export format 'tflite'; registered formats: \('saved_model', 'onnx', 'openvino', 'keras_file'\)",
     ):
         formats.get_format("tflite")
     with pytest.raises(
-        ValueError, match=r"non-empty selection of \('saved_model', 'onnx', 'keras_file'\) .*; got \('tflite',\)"
+        ValueError,
+        match=r"non-empty selection of \('saved_model', 'onnx', 'openvino', 'keras_file'\) .*; got \('tflite',\)",
     ):
         export_model(_model(), tmp_path / "export", formats=["tflite"])
     with pytest.raises(ValueError, match=r"export format 'onnx' is already registered; pass replace=True"):
@@ -128,7 +132,7 @@ def test_unknown_and_repeated_names_are_refused_with_the_known_ones(tmp_path, ke
         formats.register_format("a b", write_keras_files, keras_file_runner)
     with pytest.raises(ValueError, match=r"unknown export format 'toy'"):
         formats.unregister_format("toy")
-    assert formats.registered_formats() == ("saved_model", "onnx", KERAS_FILE)
+    assert formats.registered_formats() == (*REGISTERED, KERAS_FILE)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -141,7 +145,7 @@ def test_the_backend_support_table_is_keyed_by_registered_names():
 def test_the_registry_example_runs():
     (example,) = re.findall(r"```python\n(.*?)```", inspect.getdoc(formats), re.S)
     exec(compile(example, "<formats example>", "exec"), {})
-    assert formats.registered_formats() == ("saved_model", "onnx")
+    assert formats.registered_formats() == REGISTERED
     assert ka.export.register_format is formats.register_format
 
 
@@ -193,7 +197,7 @@ def test_a_format_declares_the_options_it_reads(tmp_path):
         # An option no requested format reads is refused unless left at its default.
         with pytest.raises(
             ValueError,
-            match=r"`opset=15` is an option of the format\(s\) \['onnx'\], but `formats` is \['keras_file'\]",
+            match=r"`opset=15` is an option of the format\(s\) \['onnx', 'openvino'\], but `formats` is \['keras_file'\]",
         ):
             export_model(_model(), tmp_path / "c", formats=[KERAS_FILE], opset=15)
         with pytest.raises(ValueError, match=r"`options` of format 'toy' must be \{export_model option name"):
@@ -220,7 +224,7 @@ def installed(monkeypatch):
         monkeypatch.setattr(formats, "_PLUGINS_READ", False)
 
     yield install
-    for name in set(formats.registered_formats()) - set(ka.export.FORMATS):
+    for name in set(formats.registered_formats()) - set(REGISTERED):
         formats.unregister_format(name)
 
 
@@ -252,7 +256,7 @@ def test_an_installed_plugin_is_registered_and_the_command_offers_it(tmp_path, i
         messages[2]
         == "export format plugin 'onnx' (tests.test_export_formats:KERAS_FILE_FORMAT) not registered: the name is taken."
     )
-    assert formats.registered_formats() == ("saved_model", "onnx", KERAS_FILE)
+    assert formats.registered_formats() == (*REGISTERED, KERAS_FILE)
     assert formats.get_format(KERAS_FILE).writer is write_keras_files
     assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["report.json", "serving_default.keras"]
     saved = json.loads((tmp_path / "export" / "report.json").read_text())
@@ -266,4 +270,4 @@ def test_the_plugin_api_is_public_and_its_examples_run():
     for documented in (ka.export.ExportContext, ka.export.Signature):
         (example,) = re.findall(r"```python\n(.*?)```", inspect.getdoc(documented), re.S)
         exec(compile(example, f"<{documented.__name__} example>", "exec"), {})
-    assert formats.registered_formats() == ("saved_model", "onnx")
+    assert formats.registered_formats() == REGISTERED

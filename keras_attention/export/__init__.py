@@ -7,6 +7,7 @@
       model.onnx        the `serving_default` signature
       <name>.onnx       every other signature (e.g. `translate.onnx`)
       *.int8.onnx       optional (`quantize="int8"`): the same with int8 weights
+      model.xml, .bin   optional (formats=[..., "openvino"]): OpenVINO IR of each ONNX file
       vocabulary.json   optional: token lists for `run_onnx` (strings in, strings out)
       report.json       the parity report
 
@@ -33,8 +34,9 @@ jax2onnx's missing conversions, PyTorch's traced Python loops).
 
 Formats are registered by name (`formats`: `register_format(name, writer,
 runner)`, or an installed package's entry point in `ENTRY_POINT_GROUP`);
-each has one module, `saved_model_format` and `onnx_format` (with its int8
-copies), and `export_model` writes and verifies whatever is asked for
+each has one module, `saved_model_format`, `onnx_format` (with its int8
+copies) and `openvino_format` (IR converted from the ONNX files, written
+when named: the `openvino` extra), and `export_model` writes and verifies whatever is asked for
 through one `ExportContext` (`context`), whose `Signature`s are what a
 format writes and runs. The other modules, one
 per concern: `layout` (file names and defaults), `report`, `models`

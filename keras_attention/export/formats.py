@@ -70,7 +70,7 @@ import importlib.metadata
 import warnings
 from collections.abc import Callable, Mapping
 
-from keras_attention.export import onnx_format, saved_model_format
+from keras_attention.export import onnx_format, openvino_format, saved_model_format
 
 ENTRY_POINT_GROUP = "keras_attention.export_formats"
 """The entry-point group through which installed packages add formats:
@@ -174,3 +174,7 @@ register_format(
 FORMATS = tuple(_REGISTRY)
 """The built-in formats, what `export_model` and the command write when no
 format is named (an installed plugin's is written when asked for)."""
+# Built in, written only when named: it needs the `openvino` extra.
+register_format(
+    openvino_format.NAME, openvino_format.write, openvino_format.runner, options={"opset": onnx_format.check_opset}
+)

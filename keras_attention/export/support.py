@@ -34,6 +34,9 @@ cover less:
     conversion). ONNX of a decode loop needs tf2onnx's while-loop
     conversion: TensorFlow's.
 
+The `openvino` format converts the ONNX file, so it takes what `onnx` takes
+on each backend (and needs the `openvino` package beside).
+
 Weights are backend-neutral: a model trained anywhere saves to `.keras` and
 exports every row under `KERAS_BACKEND=tensorflow`.
 """
@@ -73,12 +76,17 @@ _UNSUPPORTED = {
         "the loop is Python, which tracing unrolls at one length",
     },
 }
+# OpenVINO converts the ONNX file: what the ONNX format cannot write, it cannot either.
+_UNSUPPORTED.update({(backend, "openvino"): _UNSUPPORTED[backend, "onnx"] for backend in ("jax", "torch")})
 # What each (backend, format) needs beyond the backend: {module: pip name}.
 REQUIREMENTS = {
     ("jax", "saved_model"): {"tensorflow": "tensorflow"},
     ("jax", "onnx"): {"jax2onnx": "jax2onnx", "onnx": "onnx", "onnxruntime": "onnxruntime"},
     ("torch", "onnx"): {"onnx": "onnx", "onnxruntime": "onnxruntime"},
 }
+REQUIREMENTS.update(
+    {(backend, "openvino"): {**REQUIREMENTS[backend, "onnx"], "openvino": "openvino"} for backend in ("jax", "torch")}
+)
 
 
 def _sublayers(layer):
