@@ -209,10 +209,18 @@ def describe(settings):
     """The settings on one line, for the start of training."""
     training = settings["training"]
     fields = dataclasses.asdict(configs(settings, settings["beam_width"])[0])
+    if fields["architecture"] == "transformer":
+        model = (
+            f"Transformer {fields['layers']}+{fields['layers']} layers, d {fields['model_dim']}, "
+            f"{fields['heads']} heads, FFN {fields['ff_dim']}"
+        )
+        warmup = f", warm-up {training['warmup_steps']} updates" if training.get("warmup_steps") else ""
+    else:
+        model = f"encoder 2x{fields['encoder_units']}, decoder {fields['decoder_units']} ({fields['decoder']})"
+        warmup = ""
     return (
-        f"settings: ensemble of {settings['ensemble']}, encoder 2x{fields['encoder_units']}, "
-        f"decoder {fields['decoder_units']} ({fields['decoder']}), dropout {fields['dropout']}, "
-        f"batch {training.get('batch_size')}, up to {training.get('epochs')} epochs "
+        f"settings: ensemble of {settings['ensemble']}, {model}, dropout {fields['dropout']}, "
+        f"batch {training.get('batch_size')}{warmup}, up to {training.get('epochs')} epochs "
         f"(patience {training.get('patience')}, not before {training.get('min_epochs', 0)}), "
         f"normalization {settings['normalization']}, beam {settings['beam_width']}"
         + (f"; about {settings['estimated_minutes']} min of training" if "estimated_minutes" in settings else "")
