@@ -11,7 +11,8 @@ The directory (`--out DIR`) holds, as they are made:
 - `export/`: the pronouncer (`pronounce.onnx`: beam search inside, n-best
   outputs; `pronounce_greedy.onnx`; `vocabulary.json`), pronouncer.py;
 - `results.json`: dev (and test) WER and PER of the exported pronouncer,
-  which members it pronounces with (`choose_members`, `member_choice`), and
+  which members it pronounces with (`choose_members`, `member_choice`), the
+  export's parity with Keras (`export_parity`), and
   Phonetisaurus's on the same split with `--compare-phonetisaurus`.
 """
 
@@ -148,7 +149,7 @@ def train(split, settings, out, compare_phonetisaurus=False):
     greedy, beam = g2p_model.together([members[k] for k in chosen], phones, model_config)
     words = sorted(split["dev"]) + sorted(split["train"])
     print("exporting the pronouncer to ONNX ...", flush=True)
-    export_pronouncer(Path(out) / "export", greedy, beam, letters, phones, words[:19])
+    report = export_pronouncer(Path(out) / "export", greedy, beam, letters, phones, words[:19])
     pronouncer = OnnxPronouncer(Path(out) / "export", settings["beam_width"])
     results = {
         "train_words": len(split["train"]),
@@ -159,6 +160,8 @@ def train(split, settings, out, compare_phonetisaurus=False):
         "train_wall_seconds": round(train_seconds, 1),
         "chosen_members": chosen,
         "member_choice": tried,
+        # The exported searches against Keras on the sample words: ids must be equal (0).
+        "export_parity": {f"{row.signature}/{row.output}": row.max_abs_diff for row in report.parity},
     }
     if cut:
         results["time_budget_warning"] = cut
