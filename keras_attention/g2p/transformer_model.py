@@ -36,8 +36,10 @@ class ScaledEmbedding(keras.layers.Embedding):
     """An `Embedding` whose vectors are multiplied by sqrt(output_dim).
 
     Added to sinusoidal positions of amplitude 1, unscaled embeddings
-    (initialised near zero) would start drowned by them; Vaswani et al. 2017
-    (arXiv:1706.03762, section 3.4) scale them by sqrt(d).
+    (initialised near zero) would start drowned by them; Vaswani et al.
+    scale them by sqrt(d) (section 3.4).
+
+    Paper: Vaswani et al., "Attention Is All You Need", arXiv:1706.03762.
 
     Shapes: ids `(B, T)` -> `(B, T, output_dim)`.
 
