@@ -41,8 +41,14 @@ def _curve(history):
 
 
 def _label(model, ensemble=1):
-    size = f"{model['encoder_layers']}x{model['encoder_units']} encoder, {model['decoder_units']} decoder"
-    label = f"decoder `{model.get('decoder', 'input_feeding')}`, {size}"
+    if model.get("architecture") == "transformer":
+        label = (
+            f"Transformer {model['layers']}+{model['layers']} layers, d {model['model_dim']}, "
+            f"{model['heads']} heads, FFN {model['ff_dim']}"
+        )
+    else:
+        size = f"{model['encoder_layers']}x{model['encoder_units']} encoder, {model['decoder_units']} decoder"
+        label = f"decoder `{model.get('decoder', 'input_feeding')}`, {size}"
     return label + (f", ensemble of {ensemble}" if ensemble > 1 else "")
 
 

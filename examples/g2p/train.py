@@ -1,10 +1,13 @@
 """Grapheme-to-phoneme conversion on real data: CMUdict and SIGMORPHON 2021 task 1.
 
     python -m examples.g2p.train cmudict [--epochs N] [--out DIR] [--no-peer] [--smoke]
+                                 [--architecture transformer [--layers N --heads N --model-dim D --ff-dim F]]
     python -m examples.g2p.train sigmorphon [--languages arm_e bul ...|medium|eng_us] [--train-words N] [--out DIR] [--smoke]
 
 A character-level BiLSTM encoder and an attention LSTM decoder (see
-`model.py`), trained with teacher forcing on length-bucketed batches, selected
+`model.py`; or with `--architecture transformer` a pre-norm Transformer
+encoder-decoder, `transformer_model.py`, sized for the lexicon by the same
+rule, settings.py), trained with teacher forcing on length-bucketed batches, selected
 on dev by greedy WER (then PER), and evaluated on test with greedy and beam search.
 A SIGMORPHON run scores on dev every way its models can pronounce (the
 ensemble's rescoring, beam and greedy search, each model alone) and keeps
@@ -58,10 +61,14 @@ CMUDICT_ENSEMBLE = 2
 SIGMORPHON_ENSEMBLE = {"medium": 4, "high": 2}
 
 
-def settings_for(train_lexicon):
+# The fields settings.choose sets (the command line overrides them).
+RULE_CHOOSES = ("dropout", "warmup_steps", *g2p_model.TRANSFORMER_FIELDS)
+
+
+def settings_for(train_lexicon, architecture="lstm"):
     """The rule's settings for a training lexicon, as one flat dict of
     ModelConfig and TrainConfig fields, `ensemble` and `normalization`."""
-    chosen = settings.choose(len(train_lexicon), lexicon.alphabet(train_lexicon))
+    chosen = settings.choose(len(train_lexicon), lexicon.alphabet(train_lexicon), architecture=architecture)
     return {
         **chosen["model"],
         **chosen["training"],
@@ -120,13 +127,24 @@ def parse_args(argv=None):
     for field in dataclasses.fields(training.TrainConfig) + dataclasses.fields(g2p_model.ModelConfig):
         kind = field.type if isinstance(field.type, type) else type(field.default)
         flag = "--" + field.name.replace("_", "-")
-        if kind is bool:
-            parser.add_argument(flag, action="store_true", help=f"(default {field.default})")
+        meaning = g2p_model.HELP.get(field.name, "") + (" " if field.name in g2p_model.HELP else "")
+        if field.name == "architecture":
+            parser.add_argument(flag, choices=g2p_model.ARCHITECTURES, default="lstm", help=f"{meaning}(default lstm)")
+        elif kind is bool:
+            parser.add_argument(flag, action="store_true", help=f"{meaning}(default {field.default})")
         elif field.name in g2p_model.CHOICES:
-            parser.add_argument(flag, choices=g2p_model.CHOICES[field.name], help=f"(default {field.default})")
+            parser.add_argument(flag, choices=g2p_model.CHOICES[field.name], help=f"{meaning}(default {field.default})")
+        elif field.name in RULE_CHOOSES:
+            parser.add_argument(flag, type=kind, help=f"{meaning}(default: chosen for the lexicon's size)")
         else:
-            parser.add_argument(flag, type=kind, help=f"(default {field.default})")
+            parser.add_argument(flag, type=kind, help=f"{meaning}(default {field.default})")
     args = parser.parse_args(argv)
+    transformer_knobs = [name for name in g2p_model.TRANSFORMER_FIELDS if getattr(args, name) is not None]
+    if transformer_knobs and args.architecture != "transformer":
+        parser.error(
+            f"argument --{transformer_knobs[0].replace('_', '-')}: a Transformer size knob; expected "
+            f"--architecture transformer with it; got --architecture {args.architecture}"
+        )
     if args.ensemble is not None and args.ensemble < 1:
         parser.error(f"argument --ensemble: expected an integer >= 1, got {args.ensemble}")
     if args.train_words is not None and args.train_words < 1:
@@ -167,7 +185,9 @@ def configs(args, **defaults):
     return built
 
 
-SMOKE = {**settings.smoke()["model"], **settings.smoke()["training"]}
+def smoke_settings(architecture="lstm"):
+    chosen = settings.smoke(architecture)
+    return {**chosen["model"], **chosen["training"]}
 
 
 def plot_alignments(greedy, words, letters, phones, out, count=4):
@@ -391,7 +411,11 @@ def run_cmudict(args):
         words = lexicon.subset(split["train"], SMOKE_WORDS)
         split = {"train": words, "dev": words, "test": words}
     results, (trainer, greedy, beam, letters, phones) = train_language(
-        "cmudict", split, args, args.out, **(SMOKE if args.smoke else settings_for(split["train"]))
+        "cmudict",
+        split,
+        args,
+        args.out,
+        **(smoke_settings(args.architecture) if args.smoke else settings_for(split["train"], args.architecture)),
     )
     test_words = sorted(split["test"])
     results["plots"] = plot_alignments(
@@ -433,11 +457,11 @@ def run_sigmorphon(args):
         split = data.sigmorphon_split(language)
         if args.train_words is not None:
             split = {**split, "train": lexicon.sample(split["train"], args.train_words)}
-        defaults = settings_for(split["train"])
+        defaults = settings_for(split["train"], args.architecture)
         if args.smoke:
             words = lexicon.subset(split["train"], SMOKE_WORDS)
             split = {"train": words, "dev": words, "test": words}
-            defaults = {**defaults, **SMOKE}
+            defaults = {**defaults, **smoke_settings(args.architecture)}
         results, _ = train_language(
             language, split, args, os.path.join(args.out, language), choose_on_dev=True, **defaults
         )

@@ -7,7 +7,7 @@
 `read_lexicon` reads TSV and CMUdict files line by line (lexicon.py);
 `choose_settings` is the rule that sizes the model and its training from the
 lexicon (settings.py). The model (a BiLSTM encoder and an attention LSTM
-decoder, model.py), its training (training.py, members.py), the exported
+decoder, model.py, or a Transformer, transformer_model.py), its training (training.py, members.py), the exported
 ONNX pronouncer (pronouncer.py) and the Phonetisaurus peer (peer.py) are
 imported only when a command needs them.
 """

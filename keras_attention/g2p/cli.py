@@ -1,7 +1,9 @@
 """The `keras-attention-g2p` command (also `python -m keras_attention.g2p`): train, apply, evaluate.
 
     keras-attention-g2p train --lexicon FILE [--dev FILE] [--test FILE] --out DIR [--minutes M]
-                              [--compare-phonetisaurus]
+                              [--compare-phonetisaurus] [--architecture lstm|transformer]
+                              [--layers N] [--heads N] [--model-dim D] [--ff-dim F] [--dropout P]
+                              [--warmup-steps N]
     keras-attention-g2p apply --model DIR (WORDS... | --words FILE) [--nbest N] [--beam K]
     keras-attention-g2p evaluate --model DIR --test FILE
 
@@ -10,7 +12,9 @@ failure is one `error: ...` line on stderr and exit status 2 (a malformed
 lexicon line as `error: FILE:LINE: ...`), never a traceback. `apply` prints
 `word<TAB>score<TAB>phones`, `--nbest N` lines a word, best first (the score
 is the search's log-probability); a word with a letter the model never saw
-is not pronounced but named on stderr.
+is not pronounced but named on stderr. `--architecture transformer` trains
+Transformer models (transformer_model.py) sized by the rule for the lexicon
+(settings.py); the size knobs override the rule's choice.
 """
 
 import argparse
@@ -44,6 +48,28 @@ def _positive(kind):
     return parse
 
 
+def _fraction(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value
+
+
+# The size knobs: flag -> (ModelConfig or TrainConfig field, section of the settings, type, help).
+KNOBS = {
+    "--layers": ("layers", "model", _positive(int), "Transformer: encoder layers, and as many decoder layers"),
+    "--heads": ("heads", "model", _positive(int), "Transformer: attention heads (must divide --model-dim)"),
+    "--model-dim": ("model_dim", "model", _positive(int), "Transformer: model size d (embeddings, every layer)"),
+    "--ff-dim": ("ff_dim", "model", _positive(int), "Transformer: the feed-forward layers' hidden size"),
+    "--dropout": ("dropout", "model", _fraction, "dropout rate, in [0, 1) (both architectures)"),
+    "--warmup-steps": ("warmup_steps", "training", _positive(int), "updates of learning-rate warm-up"),
+}
+TRANSFORMER_ONLY = ("--layers", "--heads", "--model-dim", "--ff-dim")
+
+
 def parser():
     main = _Parser(prog=PROG, description="Grapheme-to-phoneme models from a pronunciation lexicon.")
     commands = main.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -59,6 +85,16 @@ def parser():
         "--compare-phonetisaurus", action="store_true", help="also train and score Phonetisaurus (needs --test)"
     )
     train.add_argument("--smoke", action="store_true", help="tiny settings, seconds of training (for tests)")
+    train.add_argument(
+        "--architecture",
+        choices=rule.ARCHITECTURES,
+        default="lstm",
+        help="the models: 'lstm' (BiLSTM encoder, attention LSTM decoder; the default) or 'transformer' "
+        "(pre-norm Transformer encoder-decoder)",
+    )
+    knobs = train.add_argument_group("size knobs", "override the settings chosen for the lexicon's size")
+    for flag, (field, _, kind, text) in KNOBS.items():
+        knobs.add_argument(flag, dest=field, type=kind, help=f"{text} (default: chosen for the lexicon)")
     apply = commands.add_parser("apply", help="pronounce words: word<TAB>score<TAB>phones lines")
     apply.add_argument("--model", required=True, help="a model directory written by train")
     apply.add_argument("words", nargs="*", help="words to pronounce")
@@ -99,9 +135,10 @@ def run_train(args):
         print(f"dev: {len(dev)} words held out of {args.lexicon} (seed {args.seed})", file=sys.stderr)
     split = {"train": train, "dev": dev, "test": _read(args.test) if args.test else {}}
     if args.smoke:
-        chosen = rule.smoke()
+        chosen = rule.smoke(args.architecture)
     else:
-        chosen = rule.choose(len(train), lexicons.alphabet(train), args.minutes)
+        chosen = rule.choose(len(train), lexicons.alphabet(train), args.minutes, architecture=args.architecture)
+    _override(chosen, args, len(train))
     chosen["training"]["seed"] = args.seed
     record = train_command.settings_record(chosen, split, args.beam)
     train_command.check_resumable(args.out, record)
@@ -110,6 +147,28 @@ def run_train(args):
     print(f"{len(train)} training words, {len(lexicons.alphabet(train))} letters", flush=True)
     print(train_command.describe(record), flush=True)
     train_command.train(split, record, args.out, args.compare_phonetisaurus)
+
+
+def _override(chosen, args, train_words):
+    """Apply the size knobs given on the command line to `chosen` (ValueError for a knob that does not fit)."""
+    given = {flag: getattr(args, field) for flag, (field, *_) in KNOBS.items() if getattr(args, field) is not None}
+    for flag in TRANSFORMER_ONLY:
+        if flag in given and args.architecture != "transformer":
+            raise ValueError(
+                f"{flag}: a Transformer size knob; expected --architecture transformer with it; "
+                f"got --architecture {args.architecture}"
+            )
+    for flag, value in given.items():
+        field, section = KNOBS[flag][:2]
+        chosen[section][field] = value
+    model = chosen["model"]
+    if args.architecture == "transformer" and model["model_dim"] % model["heads"]:
+        raise ValueError(
+            f"--heads: expected a number of heads that divides the model size {model['model_dim']} "
+            f"(--model-dim) into equal heads; got {model['heads']}"
+        )
+    if given and "estimated_minutes" in chosen:
+        chosen["estimated_minutes"] = round(rule.estimate_seconds(train_words, chosen) / 60, 1)
 
 
 def _words(args):

@@ -1,4 +1,4 @@
-"""The grapheme-to-phoneme model: a BiLSTM encoder and an attention LSTM decoder.
+"""The grapheme-to-phoneme model: a BiLSTM encoder and an attention LSTM decoder (or a Transformer).
 
     letters -> Embedding -> BiLSTM x L -> memory h_1..h_S
     phones:  y_t = readout([s_t ; c_t]),  (s_t, c_t) = AttentionLSTMCell(y_{t-1}, s_{t-1}, h)
@@ -10,7 +10,10 @@ beam-search pronouncers (`InferenceDecoder`), whose decode loop runs in the
 graph and exports with them. The decoder starts from the encoder's final
 states (through a tanh bridge), as in Bahdanau et al. 2014. Several trained
 models pronounce together through `EnsembleDecoder` (`build_ensemble`): one
-search, each step averaging their phone probabilities.
+search, each step averaging their phone probabilities. With
+`architecture="transformer"` the model is a Transformer encoder-decoder
+instead (transformer_model.py), with the same three models; an ensemble may
+mix both kinds.
 """
 
 import dataclasses
@@ -44,12 +47,31 @@ class ModelConfig:
     # The decoder's symbols: "phones" (one per phone) or "characters" (the
     # NFD characters of each phone: a base letter and its marks; phones.py).
     phone_symbols: str = "phones"
+    # "lstm": the fields above; "transformer": transformer_model.py, sized
+    # by the four below (`dropout`, `max_length` and the search's apply to both).
+    architecture: str = "lstm"
+    layers: int = 3  # Transformer encoder layers, and as many decoder layers
+    heads: int = 4  # attention heads (they divide model_dim)
+    model_dim: int = 256  # Transformer model size d (embeddings and every layer's output)
+    ff_dim: int = 1024  # the feed-forward layers' hidden size
 
 
 DECODERS = ("input_feeding", "luong")
 PHONE_SYMBOLS = ("phones", "characters")
+ARCHITECTURES = ("lstm", "transformer")
 # The options of ModelConfig that take one of a few values.
-CHOICES = {"decoder": DECODERS, "phone_symbols": PHONE_SYMBOLS}
+CHOICES = {"decoder": DECODERS, "phone_symbols": PHONE_SYMBOLS, "architecture": ARCHITECTURES}
+# What each option means, for command lines built from ModelConfig's fields.
+HELP = {
+    "architecture": "the model: 'lstm' (BiLSTM encoder, attention LSTM decoder) or 'transformer' (pre-norm "
+    "Transformer encoder-decoder, cached decoding)",
+    "layers": "Transformer: encoder layers, and as many decoder layers",
+    "heads": "Transformer: attention heads (must divide --model-dim)",
+    "model_dim": "Transformer: model size d (embeddings and every layer's output)",
+    "ff_dim": "Transformer: the feed-forward layers' hidden size",
+    "dropout": "dropout rate (LSTM: encoder inputs and read-out; Transformer: embeddings and every sublayer)",
+}
+TRANSFORMER_FIELDS = ("layers", "heads", "model_dim", "ff_dim")
 
 
 def decoder_cell(config):
@@ -74,11 +96,11 @@ class Models:
     trainer: keras.Model  # [letters, previous phones] -> phone logits
     greedy: keras.Model  # letters -> greedy decoding, with alignments
     beam: keras.Model  # letters -> beam search
-    encoder: keras.Model  # letters -> [memory, decoder state h, decoder state c]
-    decoder: InferenceDecoder  # the greedy decoder: the cell, embedding and read-out an ensemble steps
+    encoder: keras.Model  # letters -> [memory, decoder state h, decoder state c] (a Transformer's: [memory])
+    decoder: InferenceDecoder  # the greedy decoder (a Transformer's: TransformerInferenceDecoder) an ensemble steps
 
 
-def _pronouncer(config, target_vocabulary, method, return_alignments):
+def pronouncer_options(config, target_vocabulary, method, return_alignments):
     """The search options of a pronouncer (one model's or an ensemble's)."""
     return dict(
         start_token=target_vocabulary.start_id,
@@ -95,7 +117,14 @@ def _pronouncer(config, target_vocabulary, method, return_alignments):
 def build_models(source_vocabulary, target_vocabulary, config, beam_alignments=False):
     """A `Models` over shared layers. The greedy model returns the alignments
     (for the heat-maps); the beam model, which serves, only with
-    `beam_alignments`."""
+    `beam_alignments`. `config.architecture` picks the LSTM model or the
+    Transformer (transformer_model.py)."""
+    if config.architecture == "transformer":
+        from keras_attention.g2p.transformer_model import build_transformer_models
+
+        return build_transformer_models(source_vocabulary, target_vocabulary, config, beam_alignments)
+    if config.architecture != "lstm":
+        raise ValueError(f"ModelConfig: `architecture` must be one of {ARCHITECTURES}; got {config.architecture!r}.")
     letters = keras.Input((None,), dtype="int32", name="letters")
     previous_phones = keras.Input((None,), dtype="int32", name="previous_phones")
 
@@ -135,7 +164,7 @@ def build_models(source_vocabulary, target_vocabulary, config, beam_alignments=F
             cell,
             phone_embedding,
             readout,
-            **_pronouncer(config, target_vocabulary, method, method == "greedy" or beam_alignments),
+            **pronouncer_options(config, target_vocabulary, method, method == "greedy" or beam_alignments),
             name=f"{method}_decoder",
         )
     greedy, beam = (
@@ -148,19 +177,22 @@ def build_models(source_vocabulary, target_vocabulary, config, beam_alignments=F
 
 def build_ensemble(members, target_vocabulary, config, method, return_alignments=False):
     """letters -> one `method` search over every member (`Models`), each
-    reading its own encoder's memory and starting from its own bridge: the
-    members' phone probabilities are averaged at every step."""
+    reading its own encoder's memory and starting from its own bridge (a
+    Transformer member: from its empty cache; LSTM and Transformer members
+    mix): the members' phone probabilities are averaged at every step."""
     letters = keras.Input((None,), dtype="int32", name="letters")
     memories, states = [], []
     for number, member in enumerate(members):
         # The same encoder layers under a name of their own in this model.
         encoder = keras.Model(member.encoder.inputs, member.encoder.outputs, name=f"g2p_encoder_{number}")
-        memory, *state = encoder(letters)
+        outputs = encoder(letters)
+        # A Transformer's encoder has one output (Keras returns it bare): no state to start from.
+        memory, *state = outputs if isinstance(outputs, (list, tuple)) else [outputs]
         memories.append(memory)
-        states.append(state)
+        states.append(state or None)
     ensemble = EnsembleDecoder(
         [member.decoder for member in members],
-        **_pronouncer(config, target_vocabulary, method, return_alignments),
+        **pronouncer_options(config, target_vocabulary, method, return_alignments),
         name=f"ensemble_{method}_decoder",
     )
     decoded = ensemble(memories, memory_mask=keras.ops.not_equal(letters, 0), initial_state=states)

@@ -25,6 +25,19 @@ Unicode normalization:
 - normalization: NFD when a letter is not ASCII (accents and Hangul split
   into parts the model shares across words), none otherwise.
 
+With `architecture="transformer"` (transformer_model.py) the model is a
+pre-norm Transformer sized by the same size classes, smaller and with more
+dropout on less data (Wu et al. 2021, arXiv:2005.10213: dropout 0.3 on
+small data; Yolchuyeva et al. 2019: 3+3 layers, d 256, 4 heads on CMUdict):
+
+- 3+3 layers, d 256, FFN 1024, dropout 0.1 from 60,000 words; d 192, FFN
+  768, dropout 0.2 from 20,000; d 128, FFN 512, dropout 0.3 below, with
+  2+2 layers under 4,000 words; 4 heads;
+- batches twice the LSTM's (a Transformer's step is a few large products,
+  and its recipe wants large batches), a peak learning rate of 1e-3 after a
+  warm-up of 8% of the updates (50 to 4,000), then the cosine decay;
+- the epochs, early stopping and ensemble of the LSTM's rule.
+
 CMUdict's run (109,156 training words) and SIGMORPHON 2021 medium's (8,000
 words) are this rule at their sizes (tests pin both). With `minutes`, the
 estimated training time (`estimate_seconds`: measured seconds per update on
@@ -49,6 +62,12 @@ PATIENCE_UPDATES = 750
 OVERHEAD_MINUTES = 1.0
 
 
+SMALL_WORDS = 4_000  # below: a 2+2-layer Transformer
+ARCHITECTURES = ("lstm", "transformer")
+TRANSFORMER_LEARNING_RATE = 1e-3
+WARMUP_SHARE, WARMUP_MIN, WARMUP_MAX = 0.08, 50, 4_000
+
+
 def batch_size(train_words):
     return 16 if train_words < 1500 else 32 if train_words < 4000 else 64 if train_words < MEDIUM_WORDS else 128
 
@@ -58,6 +77,24 @@ def seconds_per_update(batch, large):
     (2 CPU cores, two models side by side), as measured: 0.056 s at batch
     64 and 0.099 s at 128 (2x128/256 model), 0.138 s at 128 (2x192/384)."""
     return (0.013 + 0.00067 * batch) * (1.4 if large else 1.0)
+
+
+def transformer_parameters(model):
+    """A Transformer's weights in the layers (embeddings left out): per layer
+    pair, 4 d^2 (self-attention) + 2 d f (FFN) in the encoder and 8 d^2 + 2 d f
+    in the decoder."""
+    d, f = model["model_dim"], model["ff_dim"]
+    return model["layers"] * (12 * d * d + 4 * d * f)
+
+
+def transformer_seconds_per_update(batch, model):
+    """One Transformer training update, one thread, two models side by side
+    (as `seconds_per_update`): about proportional to batch x weights, as
+    measured at 3 layers: 0.074 s at batch 128 with d 128, 0.34 s at 256
+    with d 192 and 0.66 s at 256 with d 256 (each measured beside the
+    LSTM's update at batch 128 and scaled to its 0.099 s, the machine being
+    loaded)."""
+    return 0.03 + 0.00045 * batch * transformer_parameters(model) / 1e6
 
 
 def _updates_per_pass(train_words, batch):
@@ -73,10 +110,14 @@ def estimate_seconds(train_words, settings, cores=2):
     updates, rounds of `cores` models side by side."""
     training = settings["training"]
     batch, epochs = training["batch_size"], training["epochs"]
-    large = settings["model"]["encoder_units"] > 128
+    model = settings["model"]
+    if model.get("architecture", "lstm") == "transformer":
+        per_update = transformer_seconds_per_update(batch, model)
+    else:
+        per_update = seconds_per_update(batch, model["encoder_units"] > 128)
     updates = epochs * training.get("passes_per_epoch", 1) * _updates_per_pass(train_words, batch)
     rounds = math.ceil(settings["ensemble"] / min(settings["ensemble"], cores))
-    return rounds * (updates * seconds_per_update(batch, large) + epochs * EPOCH_SECONDS + MODEL_SECONDS)
+    return rounds * (updates * per_update + epochs * EPOCH_SECONDS + MODEL_SECONDS)
 
 
 def _stopping(epochs, updates_per_epoch, patience_epochs):
@@ -87,16 +128,37 @@ def _stopping(epochs, updates_per_epoch, patience_epochs):
     )
 
 
-def choose(train_words, alphabet, minutes=None, cores=2):
+def _transformer_model(train_words):
+    large, medium = train_words >= LARGE_WORDS, train_words >= MEDIUM_WORDS
+    model_dim = 256 if large else 192 if medium else 128
+    return dict(
+        architecture="transformer",
+        layers=3 if train_words >= SMALL_WORDS else 2,
+        heads=4,
+        model_dim=model_dim,
+        ff_dim=4 * model_dim,
+        dropout=0.1 if large else 0.2 if medium else 0.3,
+    )
+
+
+def _warmup_steps(updates):
+    return min(WARMUP_MAX, max(WARMUP_MIN, round(WARMUP_SHARE * updates)))
+
+
+def choose(train_words, alphabet, minutes=None, cores=2, architecture="lstm"):
     """{"model", "training", "ensemble", "normalization", "estimated_minutes"}
     for a lexicon of `train_words` words written with the characters
-    `alphabet`, trained within `minutes` (None: no budget) on `cores` cores."""
+    `alphabet`, trained within `minutes` (None: no budget) on `cores` cores,
+    an `architecture` ("lstm" or "transformer") model."""
     if isinstance(train_words, bool) or not isinstance(train_words, int) or train_words < 1:
         raise ValueError(f"choose: `train_words` must be a positive integer; got {train_words!r}.")
     if minutes is not None and not minutes > 0:
         raise ValueError(f"choose: `minutes` must be a positive number of minutes or None; got {minutes!r}.")
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"choose: `architecture` must be one of {ARCHITECTURES}; got {architecture!r}.")
+    transformer = architecture == "transformer"
     large, medium = train_words >= LARGE_WORDS, train_words >= MEDIUM_WORDS
-    batch = batch_size(train_words)
+    batch = batch_size(train_words) * (2 if transformer else 1)
     passes = passes_per_epoch(train_words, batch)
     per_epoch = passes * _updates_per_pass(train_words, batch)
     epochs = max(13 if large else 12 if medium else 22, math.ceil(MIN_UPDATES / per_epoch))
@@ -112,6 +174,9 @@ def choose(train_words, alphabet, minutes=None, cores=2):
         "ensemble": 2 if medium else 4,
         "normalization": None if all(char.isascii() for char in alphabet) else "NFD",
     }
+    if transformer:
+        settings["model"] = _transformer_model(train_words)
+        settings["training"]["learning_rate"] = TRANSFORMER_LEARNING_RATE
     if minutes is not None:
         budget = max(minutes - OVERHEAD_MINUTES, minutes / 2) * 60
         while settings["ensemble"] > 1 and estimate_seconds(train_words, settings, cores) > budget:
@@ -123,12 +188,33 @@ def choose(train_words, alphabet, minutes=None, cores=2):
             epochs = max(1, math.floor(epochs * max(budget - fixed, 0) / (estimate - fixed)))
             settings["training"].update(_stopping(epochs, per_epoch, patience_epochs))
         settings["training"]["max_minutes"] = round(budget / 60 / rounds, 2)
+    if transformer:  # a share of the updates the epochs (cut by the budget or not) make
+        settings["training"]["warmup_steps"] = _warmup_steps(settings["training"]["epochs"] * per_epoch)
     settings["estimated_minutes"] = round(estimate_seconds(train_words, settings, cores) / 60, 1)
     return settings
 
 
-def smoke():
+def smoke(architecture="lstm"):
     """Seconds-long settings for tests: a tiny model that memorises a few dozen words."""
+    if architecture == "transformer":
+        # Measured: 51 words memorised (0% WER) after 8 epochs of 3 passes (17 of
+        # one pass, each epoch's dev scoring then costing more than its updates).
+        return {
+            "model": dict(architecture="transformer", layers=1, heads=2, model_dim=32, ff_dim=64, dropout=0.0),
+            "training": dict(
+                epochs=12,
+                batch_size=10,
+                learning_rate=3e-3,
+                warmup_epochs=0.3,
+                label_smoothing=0.0,
+                ema_epochs=0.0,
+                patience=3,
+                min_epochs=0,
+                passes_per_epoch=3,
+            ),
+            "ensemble": 1,
+            "normalization": None,
+        }
     return {
         "model": dict(
             embedding=16, encoder_units=32, encoder_layers=1, decoder_units=64, attention_units=32, dropout=0.0

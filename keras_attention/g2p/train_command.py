@@ -11,7 +11,8 @@ The directory (`--out DIR`) holds, as they are made:
 - `export/`: the pronouncer (`pronounce.onnx`: beam search inside, n-best
   outputs; `pronounce_greedy.onnx`; `vocabulary.json`), pronouncer.py;
 - `results.json`: dev (and test) WER and PER of the exported pronouncer,
-  which members it pronounces with (`choose_members`, `member_choice`), and
+  which members it pronounces with (`choose_members`, `member_choice`), the
+  export's parity with Keras (`export_parity`), and
   Phonetisaurus's on the same split with `--compare-phonetisaurus`.
 """
 
@@ -148,7 +149,7 @@ def train(split, settings, out, compare_phonetisaurus=False):
     greedy, beam = g2p_model.together([members[k] for k in chosen], phones, model_config)
     words = sorted(split["dev"]) + sorted(split["train"])
     print("exporting the pronouncer to ONNX ...", flush=True)
-    export_pronouncer(Path(out) / "export", greedy, beam, letters, phones, words[:19])
+    report = export_pronouncer(Path(out) / "export", greedy, beam, letters, phones, words[:19])
     pronouncer = OnnxPronouncer(Path(out) / "export", settings["beam_width"])
     results = {
         "train_words": len(split["train"]),
@@ -159,6 +160,8 @@ def train(split, settings, out, compare_phonetisaurus=False):
         "train_wall_seconds": round(train_seconds, 1),
         "chosen_members": chosen,
         "member_choice": tried,
+        # The exported searches against Keras on the sample words: ids must be equal (0).
+        "export_parity": {f"{row.signature}/{row.output}": row.max_abs_diff for row in report.parity},
     }
     if cut:
         results["time_budget_warning"] = cut
@@ -209,10 +212,18 @@ def describe(settings):
     """The settings on one line, for the start of training."""
     training = settings["training"]
     fields = dataclasses.asdict(configs(settings, settings["beam_width"])[0])
+    if fields["architecture"] == "transformer":
+        model = (
+            f"Transformer {fields['layers']}+{fields['layers']} layers, d {fields['model_dim']}, "
+            f"{fields['heads']} heads, FFN {fields['ff_dim']}"
+        )
+        warmup = f", warm-up {training['warmup_steps']} updates" if training.get("warmup_steps") else ""
+    else:
+        model = f"encoder 2x{fields['encoder_units']}, decoder {fields['decoder_units']} ({fields['decoder']})"
+        warmup = ""
     return (
-        f"settings: ensemble of {settings['ensemble']}, encoder 2x{fields['encoder_units']}, "
-        f"decoder {fields['decoder_units']} ({fields['decoder']}), dropout {fields['dropout']}, "
-        f"batch {training.get('batch_size')}, up to {training.get('epochs')} epochs "
+        f"settings: ensemble of {settings['ensemble']}, {model}, dropout {fields['dropout']}, "
+        f"batch {training.get('batch_size')}{warmup}, up to {training.get('epochs')} epochs "
         f"(patience {training.get('patience')}, not before {training.get('min_epochs', 0)}), "
         f"normalization {settings['normalization']}, beam {settings['beam_width']}"
         + (f"; about {settings['estimated_minutes']} min of training" if "estimated_minutes" in settings else "")

@@ -21,6 +21,9 @@ class TrainConfig:
     batch_size: int = 128
     learning_rate: float = 3e-3
     warmup_epochs: float = 0.5
+    # Warm-up counted in updates instead (0: `warmup_epochs`): a Transformer's
+    # recipe (Wu et al. 2021, arXiv:2005.10213) counts it in updates.
+    warmup_steps: int = 0
     label_smoothing: float = 0.1
     ema_epochs: float = 1.0  # horizon of the weight average, in epochs (0: no averaging)
     clipnorm: float = 5.0
@@ -143,7 +146,7 @@ def train(trainer, greedy, data, letters, phones, config, out, verbose=None, lab
     # loss by the real target steps instead.
     batches = LengthBucketedBatches(inputs, targets, batch_size=config.batch_size, seed=config.seed, weigh_targets=True)
     steps = config.epochs * len(batches)
-    warmup = max(1, int(config.warmup_epochs * len(batches)))
+    warmup = max(1, config.warmup_steps or int(config.warmup_epochs * len(batches)))
     schedule = keras.optimizers.schedules.CosineDecay(
         0.0, max(1, steps - warmup), alpha=0.02, warmup_target=config.learning_rate, warmup_steps=warmup
     )
