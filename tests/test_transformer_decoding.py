@@ -231,6 +231,11 @@ def test_bad_arguments_name_themselves(transformer):
     decoder = transformer.decoder()
     with pytest.raises(ValueError, match=r"`initial_state` must be None"):
         decoder(transformer.encode(SOURCE), initial_state=[np.zeros((3, 4))])
+    # An ensemble searching longer than the caches hold is refused where it is built.
+    message = rf"EnsembleDecoder: `max_length` must be at most {MAX_LENGTH}, the max_length of member 0 .*got {MAX_LENGTH + 1}"
+    with pytest.raises(ValueError, match=message):
+        ka.EnsembleDecoder([transformer.decoder()], max_length=MAX_LENGTH + 1)
+    assert ka.EnsembleDecoder([transformer.decoder()], max_length=MAX_LENGTH - 1).max_length == MAX_LENGTH - 1
 
 
 def _drive(encode_fn, step_fn, source):

@@ -102,6 +102,14 @@ class EnsembleDecoder(SearchDecoder):
             **options,
         )
         _checks.check_choice(self, "combine", combine, COMBINATIONS)
+        for index, member in enumerate(members):
+            if getattr(member, "steps_bounded_by_max_length", False) and self.max_length > member.max_length:
+                raise ValueError(
+                    f"EnsembleDecoder: `max_length` must be at most {member.max_length}, the max_length of "
+                    f"member {index} ({type(member).__name__}), which sizes its key/value caches; got "
+                    f"{self.max_length}. Build that member with max_length={self.max_length}, or give the "
+                    f"ensemble max_length <= {member.max_length}."
+                )
         self.members = members
         self.combine = combine
 

@@ -86,6 +86,10 @@ class TransformerInferenceDecoder(SearchDecoder):
     ```
     """
 
+    # Its caches hold `max_length` steps: a search that drives it longer (an
+    # EnsembleDecoder's own max_length) would write past them.
+    steps_bounded_by_max_length = True
+
     def __init__(self, stack, embedding, output_layer, start_token, end_token, max_length, position=None, **options):
         super().__init__(start_token, end_token, max_length, **options)
         self.stack = _layer(
