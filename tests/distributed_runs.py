@@ -115,6 +115,17 @@ def fit(trainer, batches):
     return losses
 
 
+def _weights_compared(reference, distributed, start):
+    """How far the distributed model's weights are from one device's, how
+    large those are, and how far training moved them (a check of nothing
+    if zero)."""
+    return {
+        "weight_difference": max_difference(reference.get_weights(), distributed.get_weights()),
+        "weight_size": max(float(np.max(np.abs(w))) for w in reference.get_weights()),
+        "trained_distance": max_difference(start, distributed.get_weights()),
+    }
+
+
 def max_difference(a, b):
     return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b, strict=True))
 
@@ -136,9 +147,7 @@ def data_parallel_run(kind, scope, replicas):
         "replicas": replicas,
         "losses_one_device": one,
         "losses_distributed": many,
-        "weight_difference": max_difference(reference.get_weights(), distributed.get_weights()),
-        "weight_size": max(float(np.max(np.abs(w))) for w in reference.get_weights()),
-        "trained_distance": max_difference(start, distributed.get_weights()),
+        **_weights_compared(reference, distributed, start),
         "most_different_weight": max(
             zip(reference.weights, distributed.weights),
             key=lambda pair: max_difference([pair[0].value], [pair[1].value]),
@@ -199,9 +208,7 @@ def tensorflow_multi_worker(kind):
         "task": task,
         "losses_one_device": one,
         "losses_distributed": many,
-        "weight_difference": max_difference(reference.get_weights(), distributed.get_weights()),
-        "weight_size": max(float(np.max(np.abs(w))) for w in reference.get_weights()),
-        "trained_distance": max_difference(start, distributed.get_weights()),
+        **_weights_compared(reference, distributed, start),
     }
 
 
