@@ -141,7 +141,7 @@ def test_bad_quantize_and_precision_values_are_named(dense_export, tmp_path):
         export_model(model, tmp_path / "a", quantize="int4")
     with pytest.raises(
         ValueError,
-        match=r"`quantize='int8'` is an option of the format\(s\) \['onnx'\], but `formats` is \['saved_model'\]",
+        match=r"`quantize='int8'` is an option of the format\(s\) \['onnx', 'litert'\], but `formats` is \['saved_model'\]",
     ):
         export_model(model, tmp_path / "b", formats=["saved_model"], quantize="int8")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
