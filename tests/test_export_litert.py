@@ -21,7 +21,15 @@ import keras_attention as ka  # noqa: E402
 from keras_attention.export import ExportError, export_model, run_litert, support  # noqa: E402
 from keras_attention.export.litert_format import LiteRTSignature  # noqa: E402
 from tests.export_models import multi_head  # noqa: E402
-from tests.test_runtime_options_export import OPTIONS, keras_ids, option_model, sources  # noqa: E402
+from tests.test_runtime_options import make_decoder  # noqa: E402
+from tests.test_runtime_options_export import (  # noqa: E402
+    BAD_PREFIXES,
+    OPTIONS,
+    VOCABULARY,
+    keras_ids,
+    option_model,
+    sources,
+)
 
 ATOL = 1e-5
 METHODS = ("greedy", "beam")
@@ -42,6 +50,22 @@ def _empty(batch):
     }
 
 
+FITS = np.array([[3, 8, -1], [-1, -1, -1], [5, -1, -1]], "int32")  # forced prefixes, -1 padding
+
+
+def _prefixed():
+    """A greedy decoder forced to start with `target_prefix`, with a run-time max_length."""
+    keras.utils.set_random_seed(0)
+    source = keras.Input((None,), dtype="int32", name="source")
+    prefix = keras.Input((None,), dtype="int32", name="target_prefix")
+    decoder = make_decoder(("max_length",), method="greedy")
+    options = decoder.option_inputs()
+    memory = keras.layers.Embedding(VOCABULARY, 6, mask_zero=True)(source)
+    return keras.Model(
+        {"source": source, "target_prefix": prefix, **options}, decoder(memory, target_prefix=prefix, options=options)
+    )
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """A layer model and the greedy and beam decoders with run-time options,
@@ -59,6 +83,7 @@ def exported(tmp_path_factory):
         source = sources()
         samples[method] = [{"source": source}] + [{"source": source, n: OPTIONS[method][n]} for n in RUN_TIME]
         samples[method].append({"source": np.zeros((0, 6), "int32")})
+    models["prefixed"], samples["prefixed"] = _prefixed(), [{"source": sources(), "target_prefix": FITS}]
     directory = tmp_path_factory.mktemp("litert") / "export"
     report = export_model(models, directory, formats=["litert"], sample_inputs=samples, atol=ATOL)
     return report, directory, models, decoders, samples
@@ -69,6 +94,7 @@ def test_every_signature_is_one_tflite_file_that_matches_keras(exported):
     assert sorted(p.name for p in directory.iterdir()) == [
         "beam.tflite",
         "greedy.tflite",
+        "prefixed.tflite",
         "report.json",
         "serving_default.tflite",
     ]
@@ -142,6 +168,20 @@ def test_run_litert_refuses_bad_feeds_naming_the_input(exported):
         run_litert(directory, {"source": source[0]})
     with pytest.raises(FileNotFoundError, match=r"greedy.int8.tflite.*found \['beam.tflite', 'greedy.tflite'"):
         run_litert(directory, {"source": source}, signature="greedy", precision="int8")
+
+
+def test_forced_prefixes_are_decoded_and_bad_ones_refused_as_in_onnx_serving(exported):
+    _, directory, *_ = exported
+    served = run_litert(directory, {"source": sources(), "target_prefix": FITS}, signature="prefixed")["ids"]
+    np.testing.assert_array_equal(served[[0, 2], :1], [[3], [5]])
+    np.testing.assert_array_equal(served[0, :2], [3, 8])
+    for prefix, options, message in BAD_PREFIXES:
+        request = {"source": sources(), "target_prefix": prefix, **options}
+        if message is None:  # fits: each row within its own max_length
+            np.testing.assert_array_equal(run_litert(directory, request, signature="prefixed")["ids"][0, :3], [3, 8, 4])
+            continue
+        with pytest.raises(ValueError, match=r"input `target_prefix` " + message):
+            run_litert(directory, request, signature="prefixed")
 
 
 def _larger_greedy():
