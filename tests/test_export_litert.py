@@ -166,6 +166,10 @@ def test_run_litert_refuses_bad_feeds_naming_the_input(exported):
         run_litert(directory, {"source": source, "top_p": 0.5}, signature="greedy")
     with pytest.raises(ValueError, match=r"input 'source' must have rank 2; got shape \(6,\)"):
         run_litert(directory, {"source": source[0]})
+    with pytest.raises(ValueError, match=r"input 'source' must hold integers \(it is int32\); got \[\[1.5, 2.0\]\]"):
+        run_litert(directory, {"source": [[1.5, 2.0]]})
+    with pytest.raises(ValueError, match=r"input 'source' must be a nested list of numbers of rank 2; got \[\['a'\]\]"):
+        run_litert(directory, {"source": [["a"]]})
     with pytest.raises(FileNotFoundError, match=r"greedy.int8.tflite.*found \['beam.tflite', 'greedy.tflite'"):
         run_litert(directory, {"source": source}, signature="greedy", precision="int8")
 

@@ -222,6 +222,21 @@ def measure_quantized(context, expected):
         }
 
 
+def _array(name, value, dtype, rank):
+    """`value` as input `name`'s array, or a ValueError naming the input (LiteRT's own errors name none)."""
+    try:
+        array = np.asarray(value)
+    except ValueError:  # ragged nested lists
+        array = None
+    if array is None or array.dtype.kind not in "biuf":
+        raise ValueError(f"input {name!r} must be a nested list of numbers of rank {rank}; got {value!r:.80}.")
+    if array.ndim != rank:
+        raise ValueError(f"input {name!r} must have rank {rank}; got shape {array.shape}.")
+    if dtype.kind in "iu" and array.dtype.kind == "f" and not np.all(array == np.round(array)):
+        raise ValueError(f"input {name!r} must hold integers (it is {dtype.name}); got {value!r:.80}.")
+    return array.astype(dtype)
+
+
 def run_litert(directory, inputs, signature=DEFAULT_SIGNATURE, precision="float32", threads=None):
     """Run an exported `.tflite` signature once with the LiteRT interpreter.
 
@@ -269,10 +284,7 @@ def run_litert(directory, inputs, signature=DEFAULT_SIGNATURE, precision="float3
     if set(inputs) - set(options) != set(expected):
         optional = f" (and optionally the run-time options {list(options)})" if options else ""
         raise ValueError(f"`inputs` has keys {sorted(inputs)}; the model expects {expected}{optional}.")
-    feeds = {name: np.asarray(inputs[name], model.input_dtypes[name]) for name in expected}
-    for name, array in feeds.items():
-        if array.ndim != model.input_ranks[name]:
-            raise ValueError(f"input {name!r} must have rank {model.input_ranks[name]}; got shape {array.shape}.")
+    feeds = {name: _array(name, inputs[name], model.input_dtypes[name], model.input_ranks[name]) for name in expected}
     batch = next((a.shape[0] for a in feeds.values() if a.ndim >= 1), None)
     given = option_feeds(options, {n: v for n, v in inputs.items() if n in options}, batch)
     feeds.update({name: given.get(name, np.zeros((0,), model.input_dtypes[name])) for name in options})
