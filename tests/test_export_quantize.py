@@ -141,7 +141,7 @@ def test_bad_quantize_and_precision_values_are_named(dense_export, tmp_path):
         export_model(model, tmp_path / "a", quantize="int4")
     with pytest.raises(
         ValueError,
-        match=r"`quantize='int8'` is an option of the format\(s\) \['onnx'\], but `formats` is \['saved_model'\]",
+        match=r"`quantize='int8'` is an option of the format\(s\) \['onnx', 'litert'\], but `formats` is \['saved_model'\]",
     ):
         export_model(model, tmp_path / "b", formats=["saved_model"], quantize="int8")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
@@ -173,3 +173,14 @@ def test_export_and_serve_commands_take_the_int8_flags(dense_export, tmp_path, c
     with pytest.raises(SystemExit):
         export_cli.main([str(keras_file), str(tmp_path / "c"), "--quantize", "int4"])
     assert "argument --quantize: invalid choice: 'int4'" in capsys.readouterr().err
+
+
+def test_identical_rows_are_counted_on_empty_batches_too():
+    from keras_attention.export.quantize import _rows_identical
+
+    assert _rows_identical(np.zeros((0, 6), "int32"), np.zeros((0, 6), "int32")).shape == (0,)
+    got, want = np.array([[[1, 2], [3, 4]], [[1, 2], [3, 5]]]), np.array([[[1, 2], [3, 4]], [[1, 2], [3, 4]]])
+    assert _rows_identical(got, want).tolist() == [True, False]
+    assert _rows_identical(np.array([4, 5]), np.array([4, 6])).tolist() == [True, False]
+    # Outputs of another length (a decode that ran more steps) differ on every row.
+    assert _rows_identical(np.array([[1, 2, 3], [1, 2, 3]]), np.array([[1, 2], [1, 9]])).tolist() == [False, False]

@@ -35,8 +35,10 @@ jax2onnx's missing conversions, PyTorch's traced Python loops).
 Formats are registered by name (`formats`: `register_format(name, writer,
 runner)`, or an installed package's entry point in `ENTRY_POINT_GROUP`);
 each has one module, `saved_model_format`, `onnx_format` (with its int8
-copies) and `openvino_format` (IR converted from the ONNX files, written
-when named: the `openvino` extra), and `export_model` writes and verifies whatever is asked for
+copies), `openvino_format` (IR converted from the ONNX files, written when
+named: the `openvino` extra) and `litert_format` (`.tflite` files run by the
+LiteRT interpreter, written when named: the `litert` extra, `run_litert`),
+and `export_model` writes and verifies whatever is asked for
 through one `ExportContext` (`context`), whose `Signature`s are what a
 format writes and runs. The other modules, one
 per concern: `layout` (file names and defaults), `report`, `models`
@@ -74,6 +76,7 @@ from keras_attention.export.layout import (
     SAVED_MODEL_DIR,
     VOCABULARY_FILE,
 )
+from keras_attention.export.litert_format import run_litert
 from keras_attention.export.report import ExportError, ExportReport, ParityRow
 from keras_attention.export.serving import run_onnx, translate_texts
 from keras_attention.export.signatures import Signature
@@ -107,6 +110,7 @@ __all__ = [
     "main",
     "register_format",
     "registered_formats",
+    "run_litert",
     "run_onnx",
     "translate_texts",
     "unregister_format",

@@ -73,7 +73,8 @@ def main(argv=None):
     parser.add_argument(
         "--quantize",
         choices=QUANTIZATIONS,
-        help="also write each ONNX file with int8 weights (NAME.int8.onnx); its size and distance from Keras are reported",
+        help="also write each ONNX and LiteRT file with int8 weights (NAME.int8.onnx, NAME.int8.tflite); "
+        "their sizes and distances from Keras are reported",
     )
     parser.add_argument("--report", help=f"also write the JSON report here (always written to OUT_DIR/{REPORT_FILE})")
     args = parser.parse_args(argv)

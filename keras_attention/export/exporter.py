@@ -101,8 +101,10 @@ def export_model(
             `{"serving_default": train_model, "translate": decode_model}`.
         directory: the export directory to create.
         formats: names of registered formats (`keras_attention.export.formats`):
-            "saved_model" and/or "onnx" built in (`FORMATS`, the default);
-            `register_format` and installed plugins add others.
+            "saved_model" and/or "onnx" built in (`FORMATS`, the default),
+            "litert" built in when asked for (`.tflite` files, the
+            `litert` extra); `register_format` and installed plugins add
+            others.
         opset: ONNX opset, 13 to 18 (an option of the "onnx" format: a
             value other than the default is refused without that format).
         input_signature: optional input specs (list of `keras.InputSpec` /
@@ -125,7 +127,9 @@ def export_model(
         quantize: None, or "int8": also write each ONNX signature with
             int8 weights (onnxruntime's dynamic quantization of the matrix
             products), as `model.int8.onnx` / `<name>.int8.onnx` beside the
-            float32 file (`run_onnx(..., precision="int8")` serves it). Its
+            float32 file (`run_onnx(..., precision="int8")` serves it), and
+            with the "litert" format each `.tflite` file as
+            `<name>.int8.tflite` (LiteRT's dynamic-range quantization). Its
             size and its outputs' distance from Keras are reported in
             `report.quantized`, not held to `atol`: quantization changes
             the numbers, and whether that matters is measured on your data.
@@ -178,8 +182,7 @@ def export_model(
     )
 
     models = _as_models(model)
-    if backend != "tensorflow":
-        check_support(backend, formats, models)
+    check_support(backend, formats, models)
     if input_signature is not None and len(models) > 1:
         if not isinstance(input_signature, Mapping) or not set(input_signature) <= set(models):
             raise ValueError(
@@ -205,6 +208,8 @@ def export_model(
         }
         if signature.options:
             report.signatures[signature.name]["options"] = signature.options
+        if signature.prefixes:  # what serving checks when the artefact cannot (LiteRT)
+            report.signatures[signature.name]["prefixes"] = signature.prefixes
 
     created = [p for p in [directory.parent, *directory.parent.parents] if not p.exists()]
     try:

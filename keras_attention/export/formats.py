@@ -70,7 +70,7 @@ import importlib.metadata
 import warnings
 from collections.abc import Callable, Mapping
 
-from keras_attention.export import onnx_format, openvino_format, saved_model_format
+from keras_attention.export import litert_format, onnx_format, openvino_format, saved_model_format
 
 ENTRY_POINT_GROUP = "keras_attention.export_formats"
 """The entry-point group through which installed packages add formats:
@@ -172,9 +172,18 @@ register_format(
     options={"opset": onnx_format.check_opset, "quantize": onnx_format.check_quantize},
 )
 FORMATS = tuple(_REGISTRY)
-"""The built-in formats, what `export_model` and the command write when no
-format is named (an installed plugin's is written when asked for)."""
-# Built in, written only when named: it needs the `openvino` extra.
+"""The default formats, what `export_model` and the command write when no
+format is named (the other built-in ones and an installed plugin's are
+written when asked for)."""
+# Built in, written only when named: each needs its extra (`openvino`,
+# `litert`). OpenVINO's writer reuses the ONNX files when both are asked for.
 register_format(
     openvino_format.NAME, openvino_format.write, openvino_format.runner, options={"opset": onnx_format.check_opset}
+)
+register_format(
+    litert_format.NAME,
+    litert_format.write,
+    litert_format.runner,
+    litert_format.measure_quantized,
+    options={"quantize": litert_format.check_quantize},
 )

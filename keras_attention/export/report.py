@@ -49,7 +49,9 @@ class ExportReport:
     "int8_products", "float32_products_in_loops" (what int8 covers: its
     quantized products, and the float32 ones left in a decode loop), "outputs":
     {output: {"max_abs_diff"} for floats, {"rows_identical"} (the share of
-    examples whose output is identical to Keras's) for integers}}}.
+    examples whose output is identical to Keras's) for integers}}}; the LiteRT
+    format's int8 files are under "litert/<signature>", with "format" and
+    "int8_weights" (its int8 weight tensors) instead of the ONNX counts.
     """
 
     directory: str
@@ -121,10 +123,15 @@ class ExportReport:
                 else f"{output} {value['rows_identical']:.1%} rows identical"
                 for output, value in entry.get("outputs", {}).items()
             )
+            covered = (
+                f"{entry['int8_weights']} int8 weights"
+                if "int8_weights" in entry
+                else f"{entry.get('int8_products', '?')} int8 products, "
+                f"{entry.get('float32_products_in_loops', '?')} float32 in loops"
+            )
             lines.append(
                 f"{entry['precision']} {name}: {entry['bytes'] / 1e6:.2f} MB "
-                f"(float32 {entry['float32_bytes'] / 1e6:.2f} MB); {entry.get('int8_products', '?')} int8 products, "
-                f"{entry.get('float32_products_in_loops', '?')} float32 in loops"
+                f"(float32 {entry['float32_bytes'] / 1e6:.2f} MB); {covered}"
                 + (f"; against Keras: {measured}" if measured else "")
             )
         return "\n".join(lines)

@@ -14,6 +14,8 @@ cover less:
 | jax        | onnx        | unmasked (c) | no (c)                     | no (c)                                 |
 | torch      | saved_model | no (d)       | no (d)                     | no (d)                                 |
 | torch      | onnx        | yes (e)      | no (f)                     | no (f)                                 |
+| tensorflow | litert      | yes (g)      | yes (g)                    | greedy and beam (g)                    |
+| jax, torch | litert      | no (h)       | no (h)                     | no (h)                                 |
 
 (a) `keras.export.ExportArchive` through jax2tf: needs TensorFlow installed
     next to JAX. Run-time decoding options are not checked in the graph
@@ -33,6 +35,11 @@ cover less:
     only fits that length (and `take_along_dim` has no TorchScript ONNX
     conversion). ONNX of a decode loop needs tf2onnx's while-loop
     conversion: TensorFlow's.
+(g) `tf.lite.TFLiteConverter` with LiteRT's builtin kernels only, run by
+    `ai-edge-litert` (the `litert` extra). A model needing a TF Select
+    (Flex) op is refused by the writer, naming the op (`litert_format`).
+(h) The converter reads TensorFlow graphs; from JAX a SavedModel holds
+    StableHLO (`XlaCallModule`), which has no LiteRT builtin kernel.
 
 The `openvino` format converts the ONNX file, so it takes what `onnx` takes
 on each backend (and needs the `openvino` package beside).
@@ -69,6 +76,14 @@ _UNSUPPORTED = {
         "does not convert the decoders' shape-polymorphic `while_loop`",
     },
     ("torch", "saved_model"): dict.fromkeys(KINDS, "Keras writes SavedModels from TensorFlow and JAX graphs only"),
+    **{
+        (backend, "litert"): dict.fromkeys(
+            KINDS,
+            "the LiteRT converter reads TensorFlow graphs (from JAX a SavedModel holds StableHLO, which has no "
+            "LiteRT builtin kernel; PyTorch writes no SavedModel)",
+        )
+        for backend in ("jax", "torch")
+    },
     ("torch", "onnx"): {
         "recurrent": "on PyTorch the RNN is a Python loop: Keras's ONNX exporter traces it unrolled at one "
         "length, and the file fails on any other",
@@ -83,6 +98,7 @@ REQUIREMENTS = {
     ("jax", "saved_model"): {"tensorflow": "tensorflow"},
     ("jax", "onnx"): {"jax2onnx": "jax2onnx", "onnx": "onnx", "onnxruntime": "onnxruntime"},
     ("torch", "onnx"): {"onnx": "onnx", "onnxruntime": "onnxruntime"},
+    ("tensorflow", "litert"): {"ai_edge_litert": "'keras-attention-decoders[litert]'"},
 }
 REQUIREMENTS.update(
     {(backend, "openvino"): {**REQUIREMENTS[backend, "onnx"], "openvino": "openvino"} for backend in ("jax", "torch")}
@@ -127,7 +143,9 @@ def check_support(backend, formats, models):
             if importlib.util.find_spec(module) is None
         ]
         if missing:
+            # On TensorFlow the install is the only way out.
+            other = "" if backend == "tensorflow" else f", or {_WAY_OUT[0].lower()}{_WAY_OUT[1:]}"
             raise NotImplementedError(
                 f"export_model's format {format!r} on the {backend!r} backend needs {', '.join(missing)} "
-                f"(not installed): `pip install {' '.join(missing)}`, or {_WAY_OUT[0].lower()}{_WAY_OUT[1:]}"
+                f"(not installed): `pip install {' '.join(missing)}`{other}"
             )
