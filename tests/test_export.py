@@ -668,7 +668,8 @@ def test_missing_corrupt_and_wrong_model_files_give_clear_errors(tmp_path):
     with pytest.raises(ValueError, match=r"`opset` must be an integer from 13 to 18 .*; got 19"):
         export_model(small_model(), tmp_path / "out", opset=19)
     with pytest.raises(
-        ValueError, match=r"`formats` must be a non-empty selection of \('saved_model', 'onnx', 'openvino', 'litert'\) without"
+        ValueError,
+        match=r"`formats` must be a non-empty selection of \('saved_model', 'onnx', 'openvino', 'litert'\) without",
     ):
         export_model(small_model(), tmp_path / "out", formats=["tflite"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corrupt.keras", "weights.h5"]

@@ -22,6 +22,7 @@ import keras
 
 from keras_attention.cells import AttentionLSTMCell, AttentionWrapper
 from keras_attention.decoders import AttentionDecoder, EnsembleDecoder, InferenceDecoder
+from keras_attention.g2p.model_set import Models, pronouncer_options
 from keras_attention.layers import AdditiveAttention
 
 
@@ -87,31 +88,6 @@ def decoder_cell(config):
             name="decoder_cell",
         )
     raise ValueError(f"ModelConfig: `decoder` must be one of {DECODERS}; got {config.decoder!r}.")
-
-
-@dataclasses.dataclass
-class Models:
-    """One G2P model's Keras models, over shared layers."""
-
-    trainer: keras.Model  # [letters, previous phones] -> phone logits
-    greedy: keras.Model  # letters -> greedy decoding, with alignments
-    beam: keras.Model  # letters -> beam search
-    encoder: keras.Model  # letters -> [memory, decoder state h, decoder state c] (a Transformer's: [memory])
-    decoder: InferenceDecoder  # the greedy decoder (a Transformer's: TransformerInferenceDecoder) an ensemble steps
-
-
-def pronouncer_options(config, target_vocabulary, method, return_alignments):
-    """The search options of a pronouncer (one model's or an ensemble's)."""
-    return dict(
-        start_token=target_vocabulary.start_id,
-        end_token=target_vocabulary.end_id,
-        max_length=config.max_length,
-        method=method,
-        beam_width=config.beam_width,
-        length_penalty_weight=config.length_penalty,
-        early_stopping=config.early_stopping and method == "beam",
-        return_alignments=return_alignments,
-    )
 
 
 def build_models(source_vocabulary, target_vocabulary, config, beam_alignments=False):

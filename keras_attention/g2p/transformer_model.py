@@ -28,6 +28,7 @@ import keras
 from keras import ops
 
 from keras_attention.decoders import TransformerInferenceDecoder
+from keras_attention.g2p.model_set import Models, pronouncer_options
 from keras_attention.layers import SinusoidalPositionEncoding, TransformerDecoderStack, TransformerEncoderStack
 
 
@@ -71,10 +72,9 @@ def check_config(config):
 
 
 def build_transformer_models(source_vocabulary, target_vocabulary, config, beam_alignments=False):
-    """model.Models over shared Transformer layers (see the module's doc);
+    """model_set.Models over shared Transformer layers (see the module's doc);
     its encoder maps letters to `[memory]` (a Transformer decoder starts from
     an empty cache, not from a state)."""
-    from keras_attention.g2p.model import Models, pronouncer_options
 
     check_config(config)
     letters = keras.Input((None,), dtype="int32", name="letters")
