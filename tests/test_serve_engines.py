@@ -199,3 +199,124 @@ def test_a_directory_without_the_artefact_names_the_export_command(exported, cap
             serve([str(directory), flag, str(value), "--inputs", '["abc"]'])
         assert exited.value.code == 2
         assert capsys.readouterr().err.startswith(f"error: argument {flag}: only --engine ctranslate2 takes it")
+
+
+# ---------------------------------------------------------------- CTranslate2
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """test_ctranslate2.py's pre-norm Transformer as a CTranslate2 model
+    directory, and the export's vocabulary.json beside it (not inside)."""
+    pytest.importorskip(
+        "ctranslate2", reason="CTranslate2 is not installed: pip install 'keras-attention-decoders[ctranslate2]'"
+    )
+    from keras_attention.export.vocabulary import vocabulary_json
+    from tests.test_ctranslate2 import SOURCE_TOKENS, TARGET_TOKENS, Seq2Seq
+
+    model = Seq2Seq()
+    directory = model.export(tmp_path_factory.mktemp("ct2") / "model")
+    vocabulary = {
+        "source": Vocabulary(SOURCE_TOKENS, separator=" ", unknown_token="<unk>"),
+        "target": Vocabulary(TARGET_TOKENS, separator=" ", start_token="<s>", end_token="</s>"),
+    }
+    path = directory.parent / "vocabulary.json"
+    path.write_text(vocabulary_json(vocabulary), encoding="utf-8")
+    return model, directory, path, vocabulary
+
+
+ROWS = 16  # of test_ctranslate2.py's sources
+
+
+def test_ctranslate2_prints_what_keras_decodes(converted, capsys, tmp_path):
+    model, directory, path, vocabulary = converted
+    from tests.test_ctranslate2 import MAX_LENGTH
+
+    source = model.source[:ROWS]
+    texts = [" ".join(vocabulary["source"].tokens[i] for i in row if i) for row in source]
+    ct2 = [directory, "--engine", "ctranslate2", "--max-length", MAX_LENGTH]
+    for flags, ours in (([], model.greedy), (["--min-length", "4"], model.decode(min_length=4))):
+        ids = ours["ids"][:ROWS]
+        assert (ours["lengths"][:ROWS] < MAX_LENGTH).any() and len({tuple(row) for row in ids}) >= 5
+        document = _json(capsys, *ct2, *flags, "--inputs", json.dumps({"source": source.tolist()}))
+        np.testing.assert_array_equal(document["outputs"]["ids"], ids)
+        np.testing.assert_array_equal(document["outputs"]["lengths"], ours["lengths"][:ROWS])
+        np.testing.assert_allclose(document["outputs"]["scores"], ours["scores"][:ROWS], atol=1e-4)
+        # A row that used every step without the end token is unfinished.
+        finished = (ids == 2).any(1)
+        assert document["outputs"]["finished"] == finished.tolist() and not all(finished)
+        # Strings, tokenised with --vocabulary: the translations are Keras's ids detokenised.
+        expected = vocabulary["target"].detokenize(ids)
+        document = _json(capsys, *ct2, *flags, "--vocabulary", path, "--inputs", json.dumps({"source": texts}))
+        assert [row["text"] for row in document["translations"]] == expected
+        assert [row["finished"] for row in document["translations"]] == finished.tolist()
+        file = tmp_path / "texts.txt"
+        file.write_text("\n".join(texts), encoding="utf-8")
+        status, out, _ = _serve(capsys, *ct2, *flags, "--vocabulary", path, "--texts", file, "--batch-size", "5")
+        assert status == 0 and out == "".join(f"{t}\t{e}\n" for t, e in zip(texts, expected))
+    # The vocabulary.json inside the model directory is found without --vocabulary.
+    shutil.copy(path, directory / "vocabulary.json")
+    try:
+        status, out, err = _serve(capsys, *ct2, "--inputs", json.dumps(texts[:2]), "--runs", "2", "--warmup", "0")
+    finally:
+        (directory / "vocabulary.json").unlink()
+    assert status == 0 and out == "".join(f"{e}\n" for e in vocabulary["target"].detokenize(model.greedy["ids"][:2]))
+    assert err.splitlines()[-1].startswith("latency over 2 runs (ms): p50 ")
+
+
+def test_ctranslate2_beam_size_is_its_search(converted, capsys):
+    from keras_attention.export.ctranslate2 import translate_ids
+    from tests.test_ctranslate2 import MAX_LENGTH, SAME_AS_OURS
+
+    model, directory, _, _ = converted
+    source = model.source[:ROWS]
+    document = _json(
+        capsys, directory, "--engine", "ctranslate2", "--beam-size", "3", "--max-length", MAX_LENGTH,
+        "--inputs", json.dumps({"source": source.tolist()}),
+    )  # fmt: skip
+    beam = translate_ids(directory, source, beam_size=3, **SAME_AS_OURS)
+    np.testing.assert_array_equal(document["outputs"]["ids"], beam["ids"])
+    np.testing.assert_allclose(document["outputs"]["scores"], beam["scores"], atol=1e-6)
+    # Three beams find sequences at least as likely as greedy's, and some more likely.
+    greedy = np.asarray(model.greedy["scores"][:ROWS])
+    assert (beam["scores"] >= greedy - 1e-4).all() and (beam["scores"] > greedy + 1e-3).any()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--repetition-penalty", "1.5"], "cannot take the run-time option 'repetition_penalty': CTranslate2's"),
+        (["--length-penalty-weight", "1"], "cannot take the run-time option 'length_penalty_weight': CTranslate2's length_penalty divides by m ** a"),
+        (["--temperature", "0.5"], "cannot take the run-time option(s) ['temperature']: it runs greedy or beam search with ['max_length', 'min_length'] only"),
+        (["--max-length", "[4, 5]"], None),  # replaced below: a per-input list in the JSON
+        (["--signature", "translate"], "serves a model directory, which holds one model: leave --signature out"),
+    ],
+)  # fmt: skip
+def test_ctranslate2_refuses_what_it_cannot_take(converted, argv, message, capsys):
+    model, directory, _, _ = converted
+    inputs = {"source": model.source[:2].tolist()}
+    if message is None:
+        argv, inputs["max_length"] = [], [4, 5]
+        message = "takes one `max_length` for every input (a search option of the call); got [4, 5]"
+    status, out, err = _serve(capsys, directory, "--engine", "ctranslate2", *argv, "--inputs", json.dumps(inputs))
+    assert (status, out, err.count("\n")) == (2, "", 1) and err.startswith("error: --engine ctranslate2 "), err
+    assert message in err, err
+
+
+def test_ctranslate2_refuses_another_vocabulary_and_bad_values(converted, exported, capsys):
+    model, directory, _, _ = converted
+    other = exported[0] / "vocabulary.json"
+    status, _, err = _serve(capsys, directory, "--engine", "ctranslate2", "--vocabulary", other, "--inputs", "[[2]]")
+    assert status == 2 and err == (
+        f"error: --vocabulary {str(other)!r}: its source tokens are not the CTranslate2 model's (9 tokens, the model "
+        "20); give the vocabulary the model was converted with.\n"
+    )
+    for inputs, flags, message in [
+        ([[2, 25]], [], "error: input 'source' holds the id 25, outside the model's vocabulary: its embedding has 20 rows"),
+        ([[2.5]], [], "error: input 'source' must hold integers (it is int32)"),
+        ([[2, 3]], ["--min-length", "5", "--max-length", "5"], "error: input `min_length` must be below `max_length`"),
+        ([[2, 3]], ["--max-length", "0"], "error: input `max_length` must be an integer >= 1; got 0"),
+        (["s2 s3"], [], "error: input 'source' is text but no vocabulary tokenises it: give --vocabulary"),
+    ]:  # fmt: skip
+        status, out, err = _serve(capsys, directory, "--engine", "ctranslate2", *flags, "--inputs", json.dumps(inputs))
+        assert (status, out, err.count("\n")) == (1, "", 1) and err.startswith(message), err
