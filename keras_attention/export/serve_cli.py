@@ -113,7 +113,8 @@ def _parse_args(argv=None):
         "--precision",
         choices=PRECISIONS,
         default="float32",
-        help="int8: the quantized copy (NAME.int8.onnx) an export with --quantize int8 wrote",
+        help="int8: the quantized copy (NAME.int8.onnx, NAME.int8.tflite) an export with --quantize int8 wrote; "
+        "with --engine ctranslate2, its int8 compute type",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     parser.add_argument(
