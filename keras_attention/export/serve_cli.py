@@ -1,5 +1,6 @@
-"""The `keras-attention-serve` command: run an exported ONNX model with
-onnxruntime on JSON inputs; print what it computed and its latency.
+"""The `keras-attention-serve` command: run an exported model with
+onnxruntime (or LiteRT, OpenVINO, CTranslate2: --engine) on JSON inputs;
+print what it computed and its latency.
 
     keras-attention-serve OUT_DIR [--signature translate] --inputs '{"source": ["March 3, 2001"]}'
         [--inputs-file INPUTS.json] [--runs 100] [--warmup 5] [--threads N] [--json] [--all-outputs]
@@ -8,6 +9,8 @@ onnxruntime on JSON inputs; print what it computed and its latency.
         [--max-length N] [--min-length N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
         [--length-penalty-weight A] [--coverage-penalty-weight B] [--repetition-penalty R]
         [--no-repeat-ngram-size N]
+    keras-attention-serve OUT_DIR --engine litert|openvino ...       (the same inputs, options and output)
+    keras-attention-serve CT2_DIR --engine ctranslate2 [--vocabulary vocabulary.json] [--beam-size K] ...
 
 The decoding flags set the run-time options of a decoder exported with
 `runtime_options=` (one value for every input; in --inputs JSON an option
@@ -35,9 +38,20 @@ object {input name: nested list}, or, when the model has one input, just its
 value. With a `vocabulary.json` in OUT_DIR, strings are tokenised character
 by character. Without --inputs or --inputs-file the JSON is read from stdin.
 
+--engine picks what runs it (`engines.py` has the table): onnxruntime on
+the ONNX files (the default), litert on the `.tflite` files of an export
+with `--formats litert`, openvino on its IR (`--formats openvino`),
+ctranslate2 on a model directory `export_ctranslate2` wrote, given as
+OUT_DIR: its strings are tokenised with --vocabulary (an export's
+`vocabulary.json`, by default the one in CT2_DIR if any), its search is
+greedy or --beam-size K, and of the run-time options it takes max_length
+and min_length.
+
 Every failure (bad JSON, inputs that do not fit the model, an unreadable
-directory, an onnxruntime error) is one line `error: ...` on stderr and exit
-status 1.
+directory, an engine's error) is one line `error: ...` on stderr and exit
+status 1; what the chosen engine cannot do (its package missing, no
+artefact for it in OUT_DIR, an option it lacks) is one such line and exit
+status 2, as a bad flag is.
 """
 
 import json
@@ -49,16 +63,33 @@ import numpy as np
 
 from keras_attention.decoders.runtime_options import RUNTIME_OPTIONS
 from keras_attention.export.cli import _Parser, error_line
+from keras_attention.export.engines import DEFAULT_ENGINE, ENGINES, EngineRefusal, load_engine
 from keras_attention.export.layout import DEFAULT_SIGNATURE, PRECISIONS
-from keras_attention.export.serving import _OnnxSignature, translate_texts
+from keras_attention.export.serving import translate_texts
 
 
 def _parse_args(argv=None):
     parser = _Parser(
         prog="keras-attention-serve",
-        description="Run an exported ONNX model with onnxruntime on JSON inputs; print what it computed and its latency.",
+        description="Run an exported model with onnxruntime, LiteRT, OpenVINO or CTranslate2 on JSON inputs; "
+        "print what it computed and its latency.",
     )
-    parser.add_argument("out_dir", help="an export directory")
+    parser.add_argument(
+        "out_dir", help="an export directory (with --engine ctranslate2: a CTranslate2 model directory)"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=list(ENGINES),
+        default=DEFAULT_ENGINE,
+        help="what runs the export: its ONNX files, .tflite files, OpenVINO IR, or a CTranslate2 model directory",
+    )
+    parser.add_argument(
+        "--vocabulary",
+        help="with --engine ctranslate2: the vocabulary.json tokenising strings (default: CT2_DIR/vocabulary.json)",
+    )
+    parser.add_argument(
+        "--beam-size", type=int, default=None, help="with --engine ctranslate2: beams of its search (default 1: greedy)"
+    )
     parser.add_argument(
         "--signature",
         default=DEFAULT_SIGNATURE,
@@ -75,14 +106,15 @@ def _parse_args(argv=None):
         "--threads",
         type=int,
         default=None,
-        help="onnxruntime intra-op threads (default: every core, the fastest on batches of 256; "
+        help="the engine's threads (onnxruntime's intra-op threads; default: every core, the fastest on batches of 256; "
         "1 is faster for one text at a time: benchmarks/results.md, section 9)",
     )
     parser.add_argument(
         "--precision",
         choices=PRECISIONS,
         default="float32",
-        help="int8: the quantized copy (NAME.int8.onnx) an export with --quantize int8 wrote",
+        help="int8: the quantized copy (NAME.int8.onnx, NAME.int8.tflite) an export with --quantize int8 wrote; "
+        "with --engine ctranslate2, its int8 compute type",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     parser.add_argument(
@@ -102,6 +134,15 @@ def _parse_args(argv=None):
     for flag in ("runs", "warmup"):
         if getattr(args, flag) < 0:
             parser.error(f"argument --{flag}: expected an integer >= 0, got {getattr(args, flag)}")
+    if args.engine != "ctranslate2":
+        for flag in ("vocabulary", "beam_size"):
+            if getattr(args, flag) is not None:
+                parser.error(
+                    f"argument --{flag.replace('_', '-')}: only --engine ctranslate2 takes it (an export holds its "
+                    f"vocabulary and search); got --engine {args.engine}"
+                )
+    if args.beam_size is not None and args.beam_size < 1:
+        parser.error(f"argument --beam-size: expected an integer >= 1, got {args.beam_size}")
     return args
 
 
@@ -145,6 +186,26 @@ def _read_texts(path):
     return [line.strip() for line in lines if line.strip()]
 
 
+def _decode_texts(model, texts, batch_size, options):
+    """The best decoded text of each of `texts`, run by `model` (any engine)
+    in batches of similar length, as `translate_texts` runs onnxruntime."""
+    if isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"--batch-size must be a positive integer; got {batch_size!r}.")
+    if len(model.specs) != 1:
+        raise ValueError(f"the model has inputs {list(model.specs)}; texts can feed a model with one input.")
+    name = next(iter(model.specs))
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    results = [None] * len(texts)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        decoded = model.texts(model.run(model.feeds({name: [texts[i] for i in rows], **options})))
+        if "ids" not in decoded:
+            raise ValueError("the model has no `ids` output to detokenise (or no vocabulary to do it with).")
+        for i, text in zip(rows, decoded["ids"]):
+            results[i] = text if isinstance(text, str) else text[0]
+    return results
+
+
 def _translations(result):
     """[{"text", "score", "finished"}] per input row, from the detokenised
     `ids` (the best beam of a beam search) and the `scores` and `finished`
@@ -186,13 +247,20 @@ def _print_tensors(outputs):
         print(np.array2string(value, precision=4, threshold=200, separator=", "))
 
 
+def _load(args):
+    return load_engine(
+        args.engine, args.out_dir, args.signature, args.threads, args.precision, args.vocabulary, args.beam_size
+    )
+
+
 def main(argv=None):
     """`keras-attention-serve OUT_DIR [--signature NAME] (--inputs JSON | --inputs-file F | --texts F)`."""
     args = _parse_args(argv)
     # Every failure, ours or onnxruntime's, is one line on stderr and exit
     # status 1: a command prints no traceback.
+    # What the engine cannot do is a refusal like a bad flag's: exit status 2.
     try:
-        if args.texts is not None:
+        if args.texts is not None and args.engine == DEFAULT_ENGINE:
             texts = _read_texts(args.texts)
             decoded = translate_texts(
                 args.out_dir,
@@ -203,12 +271,19 @@ def main(argv=None):
                 precision=args.precision,
                 options=args.options,
             )
+        elif args.texts is not None:
+            texts = _read_texts(args.texts)
+            model = _load(args)
+            decoded = _decode_texts(model, texts, args.batch_size, args.options)
         else:
-            model = _OnnxSignature(args.out_dir, args.signature, args.threads, args.precision)
+            model = _load(args)
             feeds = model.feeds(_with_options(_read_inputs(args), args.options, model))
             outputs = model.run(feeds)
             result = {"outputs": outputs, "text": model.texts(outputs)}
             latency = _latency(lambda: model.run(feeds), args.runs, args.warmup) if args.runs else None
+    except EngineRefusal as error:
+        print(error_line(error), file=sys.stderr)
+        return 2
     except Exception as error:
         print(error_line(error), file=sys.stderr)
         return 1
