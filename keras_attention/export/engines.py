@@ -244,8 +244,8 @@ class _CTranslate2:
         from keras_attention.export.ctranslate2 import runner
 
         self.directory, self.beam_size = directory, beam_size
-        self.source_tokens = runner._vocabulary(directory, "source")
-        target_tokens = runner._vocabulary(directory, "target")
+        self.source_tokens = runner.model_vocabulary(directory, "source")
+        target_tokens = runner.model_vocabulary(directory, "target")
         self.end_id = target_tokens.index(runner.model_config(directory)["eos_token"])
         compute_type = "int8" if precision == "int8" else "default"
         self.translator = ctranslate2.Translator(

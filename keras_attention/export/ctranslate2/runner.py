@@ -7,7 +7,9 @@ import ctranslate2
 import numpy as np
 
 
-def _vocabulary(model_dir, side):
+def model_vocabulary(model_dir, side):
+    """The tokens (a list) of the `side` ("source" or "target") of a model
+    directory `export_ctranslate2` wrote: its side's file, or the shared one."""
     for name in (f"{side}_vocabulary.json", "shared_vocabulary.json"):
         path = Path(model_dir) / name
         if path.is_file():
@@ -30,7 +32,7 @@ def translate_ids(model_dir, source_ids, pad_id=0, translator=None, **options):
         scores}`: the beam axis `n` when `num_hypotheses` is given.
     """
     translator = translator or ctranslate2.Translator(str(model_dir), device="cpu")
-    source_tokens, target_tokens = _vocabulary(model_dir, "source"), _vocabulary(model_dir, "target")
+    source_tokens, target_tokens = model_vocabulary(model_dir, "source"), model_vocabulary(model_dir, "target")
     target_ids = {token: index for index, token in enumerate(target_tokens)}
     end_id = target_ids[model_config(model_dir)["eos_token"]]
     source_ids = np.asarray(source_ids)
