@@ -16,9 +16,8 @@ openvino = pytest.importorskip(
     "openvino", reason="OpenVINO is not installed: pip install 'keras-attention-decoders[openvino]'"
 )
 
-import keras_attention as ka  # noqa: E402
 from keras_attention.export import ExportError, export_model, openvino_format  # noqa: E402
-from tests.export_models import additive, greedy, multi_head  # noqa: E402
+from tests.export_models import additive, greedy, multi_head, sharpened_option_model  # noqa: E402
 from tests.test_runtime_options_export import OPTIONS, VOCABULARY, keras_ids, sources  # noqa: E402
 
 OUTPUTS = {
@@ -31,30 +30,8 @@ OUTPUTS = {
 def beam_with_options():
     """tests/test_runtime_options_export.py's beam decoder with every run-time
     option, Luong's general score in its cell (OpenVINO's runtime fails on the
-    additive score's graph: `test_a_graph_the_runtime_fails_on_...`); its
-    embeddings and read-out sharpened so each option changes the ids."""
-    keras.utils.set_random_seed(0)
-    source = keras.Input((None,), dtype="int32", name="source")
-    embedding = keras.layers.Embedding(VOCABULARY, 6, mask_zero=True)
-    decoder = ka.InferenceDecoder(
-        ka.AttentionGRUCell(8, ka.GeneralAttention()),
-        keras.layers.Embedding(VOCABULARY, 5),
-        keras.layers.Dense(VOCABULARY),
-        1,
-        2,
-        8,
-        method="beam",
-        beam_width=3,
-        runtime_options=tuple(OPTIONS["beam"]),
-    )
-    options = decoder.option_inputs()
-    model = keras.Model({"source": source, **options}, decoder(embedding(source), options=options))
-    for layer in (embedding, decoder.embedding):
-        layer.set_weights([w * 10.0 for w in layer.get_weights()])
-    kernel, _ = decoder.output_layer.get_weights()
-    bias = np.random.default_rng(0).normal(0, 0.5, VOCABULARY) - 0.5 * (np.arange(VOCABULARY) == 2)
-    decoder.output_layer.set_weights([kernel * 6.0, bias])
-    return model, decoder
+    additive score's graph: `test_a_graph_the_runtime_fails_on_...`)."""
+    return sharpened_option_model(VOCABULARY, OPTIONS["beam"], 0, method="beam", beam_width=3)
 
 
 @pytest.fixture(scope="module")

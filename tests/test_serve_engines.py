@@ -13,14 +13,13 @@ import re
 import shutil
 import sys
 
-import keras
 import numpy as np
 import pytest
 
-import keras_attention as ka
 from keras_attention.export import export_model
 from keras_attention.export.serve_cli import main as serve
 from keras_attention.text import Vocabulary
+from tests.export_models import sharpened_option_model
 from tests.test_runtime_options_export import VOCABULARY, keras_ids
 
 pytest.importorskip(
@@ -41,26 +40,7 @@ def greedy_with_lengths():
     general score in its cell (OpenVINO's runtime fails on the additive
     score's graph: test_export_openvino.py), sharpened so that the source
     and the options change the ids."""
-    keras.utils.set_random_seed(0)
-    source = keras.Input((None,), dtype="int32", name="source")
-    embedding = keras.layers.Embedding(VOCABULARY, 6, mask_zero=True)
-    decoder = ka.InferenceDecoder(
-        ka.AttentionGRUCell(8, ka.GeneralAttention()),
-        keras.layers.Embedding(VOCABULARY, 5),
-        keras.layers.Dense(VOCABULARY),
-        1,
-        2,
-        8,
-        runtime_options=("max_length", "min_length"),
-    )
-    options = decoder.option_inputs()
-    model = keras.Model({"source": source, **options}, decoder(embedding(source), options=options))
-    for layer in (embedding, decoder.embedding):
-        layer.set_weights([w * 10.0 for w in layer.get_weights()])
-    kernel, _ = decoder.output_layer.get_weights()
-    bias = np.random.default_rng(3).normal(0, 0.5, VOCABULARY) - 0.5 * (np.arange(VOCABULARY) == 2)
-    decoder.output_layer.set_weights([kernel * 6.0, bias])
-    return model, decoder
+    return sharpened_option_model(VOCABULARY, ("max_length", "min_length"), 3)
 
 
 @pytest.fixture(scope="module")
