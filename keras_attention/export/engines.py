@@ -34,16 +34,22 @@ exit status 2.
 """
 
 import importlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
-from keras_attention.decoders.runtime_options import RUNTIME_OPTIONS, check_option_values, check_prefix_values
+from keras_attention.decoders.runtime_options import RUNTIME_OPTIONS, check_option_values
 from keras_attention.export import litert_format, openvino_format
-from keras_attention.export.layout import DEFAULT_SIGNATURE, REPORT_FILE, VOCABULARY_FILE, _onnx_file
-from keras_attention.export.serving import _check_ids, _embedding_rows, _OnnxSignature, option_feeds
+from keras_attention.export.layout import DEFAULT_SIGNATURE, VOCABULARY_FILE, _onnx_file
+from keras_attention.export.serving import (
+    _check_ids,
+    _embedding_rows,
+    _OnnxSignature,
+    check_prefixes,
+    option_feeds,
+    recorded_signature,
+)
 from keras_attention.export.vocabulary import _is_text, load_vocabulary
 
 # engine: (the module it imports, the extra that installs it)
@@ -128,10 +134,7 @@ class _Recorded:
 
     def __init__(self, directory, signature):
         self.directory, self.signature = directory, signature
-        recorded = {}
-        if (directory / REPORT_FILE).is_file():
-            report = json.loads((directory / REPORT_FILE).read_text(encoding="utf-8"))
-            recorded = report["signatures"].get(signature, {})
+        recorded = recorded_signature(directory, signature)
         self.options, self.prefixes = recorded.get("options", {}), recorded.get("prefixes", {})
         self.vocabulary = load_vocabulary(directory) if (directory / VOCABULARY_FILE).is_file() else None
         onnx = directory / _onnx_file(signature)
@@ -166,10 +169,7 @@ class _Recorded:
         batch = next((array.shape[0] for array in feeds.values() if array.ndim >= 1), None)
         given = option_feeds(self.options, {n: v for n, v in inputs.items() if n in self.options}, batch)
         feeds.update({n: given.get(n, np.zeros((0,), self.input_dtypes[n])) for n in self.options})
-        for name, facts in self.prefixes.items():
-            limits = feeds.get("max_length")
-            limits = facts["max_length"] if limits is None or limits.size == 0 else limits
-            check_prefix_values(f"input `{name}`", feeds[name], facts["vocabulary"], limits)
+        check_prefixes(self.prefixes, feeds)
         return feeds
 
     def texts(self, outputs):

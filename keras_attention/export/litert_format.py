@@ -35,7 +35,6 @@ row of padding and returns each output's first 0 rows, the shapes Keras
 returns for an empty batch.
 """
 
-import json
 import re
 import shutil
 from collections.abc import Mapping
@@ -43,8 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_attention.decoders.runtime_options import RUNTIME_OPTIONS, check_prefix_values
-from keras_attention.export.layout import DEFAULT_SIGNATURE, QUANTIZATIONS, REPORT_FILE
+from keras_attention.decoders.runtime_options import RUNTIME_OPTIONS
+from keras_attention.export.layout import DEFAULT_SIGNATURE, QUANTIZATIONS
 from keras_attention.export.quantize import _quantized_outputs
 from keras_attention.export.report import ExportError
 
@@ -258,7 +257,7 @@ def run_litert(directory, inputs, signature=DEFAULT_SIGNATURE, precision="float3
     outputs["ids"]  # (batch, 12) int32
     ```
     """
-    from keras_attention.export.serving import option_feeds
+    from keras_attention.export.serving import check_prefixes, option_feeds, recorded_signature
 
     directory = Path(directory)
     if precision not in ("float32", *QUANTIZATIONS):
@@ -270,9 +269,7 @@ def run_litert(directory, inputs, signature=DEFAULT_SIGNATURE, precision="float3
             f"no LiteRT file {str(path)!r} for signature {signature!r} at precision {precision!r}; "
             f"found {found or 'none'} in {str(directory)!r} (export with formats=['litert'])."
         )
-    recorded = {}
-    if (directory / REPORT_FILE).is_file():
-        recorded = json.loads((directory / REPORT_FILE).read_text(encoding="utf-8"))["signatures"].get(signature, {})
+    recorded = recorded_signature(directory, signature)
     options, prefixes = recorded.get("options", {}), recorded.get("prefixes", {})
     model = LiteRTSignature(path, signature, threads, options)
     if not isinstance(inputs, Mapping):
@@ -288,8 +285,5 @@ def run_litert(directory, inputs, signature=DEFAULT_SIGNATURE, precision="float3
     batch = next((a.shape[0] for a in feeds.values() if a.ndim >= 1), None)
     given = option_feeds(options, {n: v for n, v in inputs.items() if n in options}, batch)
     feeds.update({name: given.get(name, np.zeros((0,), model.input_dtypes[name])) for name in options})
-    for name, facts in prefixes.items():
-        limits = feeds.get("max_length")
-        limits = facts["max_length"] if limits is None or limits.size == 0 else limits
-        check_prefix_values(f"input `{name}`", feeds[name], facts["vocabulary"], limits)
+    check_prefixes(prefixes, feeds)
     return model.run(feeds)

@@ -1,6 +1,7 @@
 """Serving an export with onnxruntime: `run_onnx` (inputs checked against
 the model, one run) and `translate_texts` (strings in, strings out)."""
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from keras_attention.decoders.runtime_options import (
     check_prefix_values,
 )
 from keras_attention.export.fused_rnn import ZERO_STEPS_REFUSED
-from keras_attention.export.layout import DEFAULT_SIGNATURE, PRECISIONS, VOCABULARY_FILE, _onnx_file
+from keras_attention.export.layout import DEFAULT_SIGNATURE, PRECISIONS, REPORT_FILE, VOCABULARY_FILE, _onnx_file
 from keras_attention.export.onnx import OPTIONS_PROPERTY, PREFIXES_PROPERTY, _session
 from keras_attention.export.vocabulary import _is_text, decode_ids, encode_strings, load_vocabulary
 
@@ -195,10 +196,7 @@ class _OnnxSignature:
             _check_ids(name, feeds[name], rows.get(name))
         batch = next((a.shape[0] for a in feeds.values() if a.ndim >= 1), None)
         feeds.update(option_feeds(self.options, options, batch))
-        for name, facts in self.prefixes.items():  # what the SavedModel asserts
-            limits = feeds.get("max_length")
-            limits = facts["max_length"] if limits is None or limits.size == 0 else limits
-            check_prefix_values(f"input `{name}`", feeds[name], facts["vocabulary"], limits)
+        check_prefixes(self.prefixes, feeds)
         return feeds
 
     def run(self, feeds):
@@ -247,6 +245,26 @@ def session_options(session, key=OPTIONS_PROPERTY):
 
     text = session.get_modelmeta().custom_metadata_map.get(key)
     return json.loads(text) if text else {}
+
+
+def check_prefixes(prefixes, feeds):
+    """Check the forced prefixes among `feeds` ({input name: {"vocabulary",
+    "max_length"}} in `prefixes`) against their vocabulary and the run's
+    `max_length` (fed, else the export's): what the SavedModel asserts and
+    the ONNX, LiteRT and OpenVINO files cannot."""
+    for name, facts in prefixes.items():
+        limits = feeds.get("max_length")
+        limits = facts["max_length"] if limits is None or limits.size == 0 else limits
+        check_prefix_values(f"input `{name}`", feeds[name], facts["vocabulary"], limits)
+
+
+def recorded_signature(directory, signature):
+    """What the export's `report.json` in `directory` records of `signature`
+    (its run-time options and forced prefixes); {} without a report."""
+    path = Path(directory) / REPORT_FILE
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))["signatures"].get(signature, {})
 
 
 def option_feeds(specs, values, batch):
