@@ -205,12 +205,7 @@ class _OpenVINO(_Recorded):
             found = sorted(p.name for p in directory.glob("*.xml"))
             command = f"keras-attention-export MODEL.keras {directory} --formats onnx openvino"
             raise _missing("openvino", directory, path, signature, found, command)
-        import openvino
-
-        config = dict(openvino_format.COMPILE_CONFIG)
-        if threads:
-            config["INFERENCE_NUM_THREADS"] = threads
-        self.compiled = openvino.Core().compile_model(str(path), openvino_format.DEVICE, config)
+        self.compiled = openvino_format.compile_ir(path, threads=threads)
         ports = {port.get_any_name(): port for port in self.compiled.inputs}
         self.input_dtypes = {name: np.dtype(port.get_element_type().to_dtype()) for name, port in ports.items()}
         self.input_ranks = {name: port.get_partial_shape().rank.get_length() for name, port in ports.items()}

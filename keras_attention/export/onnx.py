@@ -152,16 +152,19 @@ _CATCH_ERRORS = "TF2ONNX_CATCH_ERRORS"
 
 
 @contextlib.contextmanager
-def _optimizer_on_the_graph():
-    saved = os.environ.get(_CATCH_ERRORS)
-    os.environ[_CATCH_ERRORS] = "FALSE"
+def environment_variable(variable, value):
+    """`variable` set to `value` inside the block, as it was after: the
+    converters (tf2onnx, OpenVINO's ONNX reader) take some switches only
+    from the environment, and a user's own setting must survive the export."""
+    saved = os.environ.get(variable)
+    os.environ[variable] = value
     try:
         yield
     finally:
         if saved is None:
-            os.environ.pop(_CATCH_ERRORS, None)
+            os.environ.pop(variable, None)
         else:
-            os.environ[_CATCH_ERRORS] = saved
+            os.environ[variable] = saved
 
 
 def _convert(function, signature, opset, collector):
@@ -186,7 +189,7 @@ def _convert(function, signature, opset, collector):
     if _CATCH_ERRORS in os.environ:
         return convert()
     try:
-        with _optimizer_on_the_graph():
+        with environment_variable(_CATCH_ERRORS, "FALSE"):
             return convert()
     except Exception:
         collector.messages.clear()

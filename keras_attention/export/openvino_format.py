@@ -33,14 +33,13 @@ Serve the IR with OpenVINO directly::
 OpenVINO is the `openvino` extra: `pip install 'keras-attention-decoders[openvino]'`.
 """
 
-import contextlib
 import dataclasses
-import os
 import re
 import shutil
 
 from keras_attention.export import onnx_format
 from keras_attention.export.layout import DEFAULT_SIGNATURE, _onnx_file
+from keras_attention.export.onnx import environment_variable
 from keras_attention.export.report import ExportError
 
 NAME = "openvino"  # its name in the registry (`formats`)
@@ -68,20 +67,6 @@ def _openvino():
     return openvino
 
 
-@contextlib.contextmanager
-def _reader():
-    variable, value = READER
-    before = os.environ.get(variable)
-    os.environ[variable] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[variable]
-        else:
-            os.environ[variable] = before
-
-
 _WAY_OUT = "(formats=['onnx'], `run_onnx`, `keras-attention-serve`)."
 
 
@@ -102,7 +87,7 @@ def convert(onnx_path, xml_path, signature_name):
     reader could not convert."""
     openvino = _openvino()
     try:
-        with _reader():
+        with environment_variable(*READER):
             model = openvino.convert_model(str(onnx_path))
     except Exception as error:
         operations = _failed_operations(str(error))
@@ -165,10 +150,12 @@ def _inputs_without_defaults(source, target):
     return required
 
 
-def compile_ir(path, device=DEVICE):
-    """The IR at `path` compiled by OpenVINO for `device`, in float32."""
+def compile_ir(path, device=DEVICE, threads=None):
+    """The IR at `path` compiled by OpenVINO for `device`, in float32, on
+    `threads` threads (None: OpenVINO's choice)."""
     openvino = _openvino()
-    return openvino.Core().compile_model(str(path), device, COMPILE_CONFIG)
+    config = dict(COMPILE_CONFIG, **({"INFERENCE_NUM_THREADS": threads} if threads else {}))
+    return openvino.Core().compile_model(str(path), device, config)
 
 
 def run_compiled(compiled, feeds):
