@@ -148,6 +148,16 @@ def test_an_empty_batch_returns_the_shapes_keras_returns(exported):
         assert got["ids"].shape[0] == 0 and got["ids"].dtype == np.int32
 
 
+def test_a_source_of_zero_positions_is_refused_naming_the_input(exported):
+    """LiteRT's kernels cannot prepare a zero-width sequence, which Keras and
+    onnxruntime decode: a ValueError naming the input, not LiteRT's failure."""
+    _, directory, *_ = exported
+    with pytest.raises(
+        ValueError, match=r"LiteRT cannot run signature 'greedy' on an input of zero positions \('source'"
+    ):
+        run_litert(directory, {"source": np.zeros((2, 0), "int32")}, signature="greedy")
+
+
 def test_run_litert_refuses_bad_feeds_naming_the_input(exported):
     _, directory, *_ = exported
     source = sources()

@@ -174,6 +174,16 @@ class LiteRTSignature:
         try:
             outputs = self.runner(**feeds)
         except Exception as error:
+            # LiteRT's kernels cannot resize to a sequence of zero positions
+            # (its XNNPack delegate fails to prepare), which Keras, the
+            # SavedModel and onnxruntime decode: refused naming the input.
+            empty = [n for n, a in feeds.items() if n not in self.options and a.ndim >= 2 and a.shape[1] == 0]
+            if empty:
+                raise ValueError(
+                    f"LiteRT cannot run signature {self.signature!r} on an input of zero positions "
+                    f"({', '.join(map(repr, empty))}, inputs { {n: list(a.shape) for n, a in feeds.items()} }): "
+                    "give every sequence at least one position, or serve this input with onnxruntime."
+                ) from error
             raise RuntimeError(
                 f"LiteRT failed on signature {self.signature!r} of {str(self.path)!r} with inputs "
                 f"{ {n: list(a.shape) for n, a in feeds.items()} }: {error}"
