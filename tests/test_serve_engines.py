@@ -283,6 +283,16 @@ def test_ctranslate2_refuses_what_it_cannot_take(converted, argv, message, capsy
     assert message in err, err
 
 
+def test_ctranslate2_refuses_a_source_row_without_tokens(converted, capsys):
+    """CTranslate2 answers an empty row with an empty translation where Keras
+    decodes over an empty memory: refused naming the input, not a different answer."""
+    _, directory, _, _ = converted
+    for source in ([[]], [[0, 0], [3, 4]]):
+        inputs = json.dumps({"source": source})
+        status, out, err = _serve(capsys, directory, "--engine", "ctranslate2", "--inputs", inputs)
+        assert status == 1 and out == "" and "input 'source' has rows without a token" in err, err
+
+
 def test_ctranslate2_refuses_another_vocabulary_and_bad_values(converted, exported, capsys):
     model, directory, _, _ = converted
     other = exported[0] / "vocabulary.json"

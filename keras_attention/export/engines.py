@@ -296,6 +296,16 @@ class _CTranslate2:
         else:
             source = litert_format._array("source", value, np.dtype("int32"), 2)
         _check_ids("source", source, len(self.source_tokens))
+        # translate_ids cuts each row at its first padding id: CTranslate2
+        # answers an empty row with an empty translation, not a decode over
+        # an empty memory as Keras does.
+        empty = [row for row in range(source.shape[0]) if source.shape[1] == 0 or source[row, 0] == 0]
+        if empty:
+            raise ValueError(
+                f"input 'source' has rows without a token (rows {empty[:8]}, padding id 0 first): CTranslate2 "
+                "answers them with an empty translation, where the Keras model decodes; give every row at least "
+                "one token, or serve the model's ONNX export with --engine onnxruntime."
+            )
         feeds = {"source": source}
         for name in CT2_OPTIONS:
             if name in inputs:
