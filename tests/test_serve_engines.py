@@ -338,6 +338,11 @@ def test_ctranslate2_refuses_a_request_beyond_its_position_tables(converted, cap
             np.testing.assert_allclose(
                 np.asarray(document["outputs"]["scores"])[ended], model.greedy["scores"][:ROWS][ended], atol=1e-4
             )
+        status, out, err = _serve(capsys, *ct2, "--min-length", "8")  # the default limit leaves no step
+        assert (status, out) == (1, "") and err == (
+            "error: input `min_length` must be below `max_length` (the end token needs a step); got min_length [8] "
+            "and the default max_length 8 (256, or the model's target positions when fewer).\n"
+        ), err
         status, out, err = _serve(capsys, *ct2, "--max-length", "9")
         assert (status, out) == (2, "") and err == (
             f"error: --engine ctranslate2: input `max_length` is 9, beyond the model's 8 target positions; expected "

@@ -321,21 +321,25 @@ class _CTranslate2:
                         f"--engine ctranslate2 takes one `{name}` for every input (a search option of the call); "
                         f"got {feeds[name].tolist()!r:.80}."
                     )
-        if "min_length" in feeds and "max_length" in feeds and feeds["min_length"][0] >= feeds["max_length"][0]:
-            raise ValueError(
-                f"input `min_length` must be below `max_length` (the end token needs a step); got min_length "
-                f"{feeds['min_length'].tolist()} and max_length {feeds['max_length'].tolist()}."
-            )
-        self._check_positions(feeds)
+        self._check_lengths(feeds)
         return feeds
 
-    def _check_positions(self, feeds):
+    def _check_lengths(self, feeds):
         """Refuse what the position tables cannot take, before anything is
-        allocated (a huge --max-length would pad the ids to its width)."""
+        allocated (a huge --max-length would pad the ids to its width), and a
+        `min_length` that leaves the end token no step."""
         from keras_attention.export.ctranslate2 import positions
 
-        given = "max_length" in feeds
-        max_length = int(feeds["max_length"][0]) if given else positions.default_decoding_length(self.limits)
+        if "max_length" in feeds:
+            max_length, which = int(feeds["max_length"][0]), f"max_length {feeds['max_length'].tolist()}"
+        else:
+            max_length = positions.default_decoding_length(self.limits)
+            which = f"the default max_length {max_length} (256, or the model's target positions when fewer)"
+        if "min_length" in feeds and feeds["min_length"][0] >= max_length:
+            raise ValueError(
+                f"input `min_length` must be below `max_length` (the end token needs a step); got min_length "
+                f"{feeds['min_length'].tolist()} and {which}."
+            )
         names = ("input 'source'", "input `max_length`")
         lengths = positions.source_lengths(feeds["source"])
         positions.check_positions(self.limits, lengths, max_length, "--engine ctranslate2", names, EngineRefusal)
