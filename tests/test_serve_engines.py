@@ -296,7 +296,8 @@ def test_ctranslate2_refuses_a_source_row_without_tokens(converted, capsys):
 
 def test_ctranslate2_refuses_a_request_beyond_its_position_tables(converted, capsys, tmp_path):
     """A source longer than the model's source position table, or a --max-length beyond its target
-    table, is refused before CTranslate2 runs: one line, exit status 2, naming the input and the limit."""
+    table, is refused before CTranslate2 runs: one line naming the input and the limit, exit status 1
+    (a value beyond the model, as LiteRT and OpenVINO refuse a max_length beyond the export's)."""
     from keras_attention.export.ctranslate2.positions import RECORD_KEY
     from tests.test_ctranslate2 import MAX_LENGTH
 
@@ -313,7 +314,7 @@ def test_ctranslate2_refuses_a_request_beyond_its_position_tables(converted, cap
         capsys, directory, "--engine", "ctranslate2", "--max-length", "100000000", "--inputs", inputs
     )
     assert time.perf_counter() - begin < 10
-    assert (status, out) == (2, "") and err == (
+    assert (status, out) == (1, "") and err == (
         "error: --engine ctranslate2: input `max_length` is 100000000, beyond the model's 1024 target positions; "
         f"expected at most 1024: {way_out}"
     ), err
@@ -344,13 +345,13 @@ def test_ctranslate2_refuses_a_request_beyond_its_position_tables(converted, cap
             "and the default max_length 8 (256, or the model's target positions when fewer).\n"
         ), err
         status, out, err = _serve(capsys, *ct2, "--max-length", "9")
-        assert (status, out) == (2, "") and err == (
+        assert (status, out) == (1, "") and err == (
             f"error: --engine ctranslate2: input `max_length` is 9, beyond the model's 8 target positions; expected "
             f"at most 8: {way_out}"
         ), err
         longer = json.dumps([[3, 4] + [0] * 8, [3] * 9 + [0]])  # padding is no token: row 1 has 9
         status, out, err = _serve(capsys, served, "--engine", "ctranslate2", "--inputs", longer)
-        assert (status, out) == (2, "") and err == (
+        assert (status, out) == (1, "") and err == (
             "error: --engine ctranslate2: input 'source' row 1 has 9 tokens, beyond the model's 8 source positions; "
             f"expected at most 8 tokens a row (before the padding): {way_out}"
         ), err
