@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -291,6 +292,69 @@ def test_ctranslate2_refuses_a_source_row_without_tokens(converted, capsys):
         inputs = json.dumps({"source": source})
         status, out, err = _serve(capsys, directory, "--engine", "ctranslate2", "--inputs", inputs)
         assert status == 1 and out == "" and "input 'source' has rows without a token" in err, err
+
+
+def test_ctranslate2_refuses_a_request_beyond_its_position_tables(converted, capsys, tmp_path):
+    """A source longer than the model's source position table, or a --max-length beyond its target
+    table, is refused before CTranslate2 runs: one line naming the input and the limit, exit status 1
+    (a value beyond the model, as LiteRT and OpenVINO refuse a max_length beyond the export's)."""
+    from keras_attention.export.ctranslate2.positions import RECORD_KEY
+    from tests.test_ctranslate2 import MAX_LENGTH
+
+    model, directory, _, _ = converted
+    way_out = (
+        "convert the model with a larger `max_positions=` (export_ctranslate2; a LearnedPositionEmbedding's table "
+        "keeps its own `max_length`).\n"
+    )
+    # The fixture's tables hold the default 1024 positions: a huge --max-length is refused at once
+    # (it was run, and its ids padded to 100000000 columns).
+    inputs = json.dumps(model.source[:ROWS].tolist())
+    begin = time.perf_counter()
+    status, out, err = _serve(
+        capsys, directory, "--engine", "ctranslate2", "--max-length", "100000000", "--inputs", inputs
+    )
+    assert time.perf_counter() - begin < 10
+    assert (status, out) == (1, "") and err == (
+        "error: --engine ctranslate2: input `max_length` is 100000000, beyond the model's 1024 target positions; "
+        f"expected at most 1024: {way_out}"
+    ), err
+    # Tables of 8 positions: up to 8 steps Keras's greedy ids (decoded to MAX_LENGTH), cut where longer.
+    small = model.export(tmp_path / "small", max_positions=8)
+    old = tmp_path / "old"  # as written before the limits were recorded: they are read from model.bin
+    shutil.copytree(small, old)
+    config = json.loads((old / "config.json").read_text())
+    del config[RECORD_KEY]
+    (old / "config.json").write_text(json.dumps(config))
+    lengths = model.greedy["lengths"][:ROWS]
+    assert MAX_LENGTH > 8 and (lengths <= 8).any() and (lengths > 8).any()
+    for served in (small, old):
+        ct2 = [served, "--engine", "ctranslate2", "--inputs", inputs]
+        for flags in (["--max-length", "8"], []):  # without --max-length: the table's 8 steps, not 256
+            document = _json(capsys, *ct2, *flags)
+            width = 8 if flags else int(np.minimum(lengths, 8).max())
+            np.testing.assert_array_equal(document["outputs"]["ids"], model.greedy["ids"][:ROWS, :width])
+            np.testing.assert_array_equal(document["outputs"]["lengths"], np.minimum(lengths, 8))
+            assert document["outputs"]["finished"] == (lengths <= 8).tolist()
+            ended = lengths <= 8
+            np.testing.assert_allclose(
+                np.asarray(document["outputs"]["scores"])[ended], model.greedy["scores"][:ROWS][ended], atol=1e-4
+            )
+        status, out, err = _serve(capsys, *ct2, "--min-length", "8")  # the default limit leaves no step
+        assert (status, out) == (1, "") and err == (
+            "error: input `min_length` must be below `max_length` (the end token needs a step); got min_length [8] "
+            "and the default max_length 8 (256, or the model's target positions when fewer).\n"
+        ), err
+        status, out, err = _serve(capsys, *ct2, "--max-length", "9")
+        assert (status, out) == (1, "") and err == (
+            f"error: --engine ctranslate2: input `max_length` is 9, beyond the model's 8 target positions; expected "
+            f"at most 8: {way_out}"
+        ), err
+        longer = json.dumps([[3, 4] + [0] * 8, [3] * 9 + [0]])  # padding is no token: row 1 has 9
+        status, out, err = _serve(capsys, served, "--engine", "ctranslate2", "--inputs", longer)
+        assert (status, out) == (1, "") and err == (
+            "error: --engine ctranslate2: input 'source' row 1 has 9 tokens, beyond the model's 8 source positions; "
+            f"expected at most 8 tokens a row (before the padding): {way_out}"
+        ), err
 
 
 def test_ctranslate2_refuses_another_vocabulary_and_bad_values(converted, exported, capsys):

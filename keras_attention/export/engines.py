@@ -26,7 +26,11 @@ options it takes `max_length` (`max_decoding_length`) and `min_length`
 (`min_decoding_length`), one value for every input; the others are
 refused (`CT2_REFUSED` says why). Its source is the one input `source`;
 strings are tokenised with a `vocabulary.json` (given, or in the model
-directory) whose tokens must be the model's.
+directory) whose tokens must be the model's. A source row longer than the
+model's source position table, or a `max_length` beyond its target table
+(`position_limits`), is refused before CTranslate2 runs; without
+`max_length` it decodes CTranslate2's 256 steps, or the target table's rows
+when fewer.
 
 What an engine cannot do here (its package missing, no artefact in the
 directory, an option it lacks) raises `EngineRefusal`: the serve command's
@@ -69,7 +73,6 @@ CT2_REFUSED = {
     "no_repeat_ngram_size": "CTranslate2's no_repeat_ngram_size is not verified to equal ours",
 }
 _CT2_MODEL_FILES = ("model.bin", "config.json")
-_CT2_MAX_DECODING_LENGTH = 256  # translate_batch's default
 
 
 class EngineRefusal(ValueError):
@@ -236,9 +239,10 @@ class _CTranslate2:
             )
         import ctranslate2
 
-        from keras_attention.export.ctranslate2 import runner
+        from keras_attention.export.ctranslate2 import positions, runner
 
         self.directory, self.beam_size = directory, beam_size
+        self.limits = positions.position_limits(directory)
         self.source_tokens = runner.model_vocabulary(directory, "source")
         target_tokens = runner.model_vocabulary(directory, "target")
         self.end_id = target_tokens.index(runner.model_config(directory)["eos_token"])
@@ -317,18 +321,37 @@ class _CTranslate2:
                         f"--engine ctranslate2 takes one `{name}` for every input (a search option of the call); "
                         f"got {feeds[name].tolist()!r:.80}."
                     )
-        if "min_length" in feeds and "max_length" in feeds and feeds["min_length"][0] >= feeds["max_length"][0]:
-            raise ValueError(
-                f"input `min_length` must be below `max_length` (the end token needs a step); got min_length "
-                f"{feeds['min_length'].tolist()} and max_length {feeds['max_length'].tolist()}."
-            )
+        self._check_lengths(feeds)
         return feeds
 
+    def _check_lengths(self, feeds):
+        """Refuse what the position tables cannot take, before anything is
+        allocated (a huge --max-length would pad the ids to its width), and a
+        `min_length` that leaves the end token no step."""
+        from keras_attention.export.ctranslate2 import positions
+
+        if "max_length" in feeds:
+            max_length, which = int(feeds["max_length"][0]), f"max_length {feeds['max_length'].tolist()}"
+        else:
+            max_length = positions.default_decoding_length(self.limits)
+            which = f"the default max_length {max_length} (256, or the model's target positions when fewer)"
+        if "min_length" in feeds and feeds["min_length"][0] >= max_length:
+            raise ValueError(
+                f"input `min_length` must be below `max_length` (the end token needs a step); got min_length "
+                f"{feeds['min_length'].tolist()} and {which}."
+            )
+        names = ("input 'source'", "input `max_length`")
+        lengths = positions.source_lengths(feeds["source"])
+        # A value beyond the model, as LiteRT and OpenVINO refuse a max_length beyond the export's: exit status 1.
+        positions.check_positions(self.limits, lengths, max_length, "--engine ctranslate2", names)
+
     def run(self, feeds):
-        from keras_attention.export.ctranslate2 import translate_ids
+        from keras_attention.export.ctranslate2 import positions, translate_ids
 
         options = {"beam_size": self.beam_size, "length_penalty": 0, "min_decoding_length": 0}
         options.update({CT2_OPTIONS[name]: int(value[0]) for name, value in feeds.items() if name in CT2_OPTIONS})
+        given = "max_decoding_length" in options
+        options.setdefault("max_decoding_length", positions.default_decoding_length(self.limits))
         try:
             result = translate_ids(self.directory, feeds["source"], translator=self.translator, **options)
         except ValueError:  # ours, naming the input
@@ -339,9 +362,8 @@ class _CTranslate2:
             ) from error
         # The ids are padded with the end id to the limit; CTranslate2 never
         # outputs the end token, so a row ends at the limit only when cut there.
-        limit = options.get("max_decoding_length", _CT2_MAX_DECODING_LENGTH)
-        finished = result["ids"][:, limit - 1] == self.end_id
-        if "max_decoding_length" not in options:  # the ids as wide as the longest row, not 256
+        finished = result["ids"][:, options["max_decoding_length"] - 1] == self.end_id
+        if not given:  # the ids as wide as the longest row, not the default limit
             result["ids"] = result["ids"][:, : max(int(result["lengths"].max(initial=0)), 1)]
         return {**result, "finished": finished}
 

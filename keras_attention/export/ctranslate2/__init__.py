@@ -46,9 +46,17 @@ its slot: the best hypotheses differ on a few rows (docs/serving.md has the
 measures). `return_attention` is our `alignments` (the last layer's heads
 averaged).
 
+The position tables bound what the model takes: a source of at most as many
+tokens as the source table's rows, at most as many decoding steps as the
+target table's. `export_ctranslate2` records both in `config.json`
+(`position_limits` reads them back) and `translate_ids` and
+`keras-attention-serve --engine ctranslate2` refuse a request beyond them
+before CTranslate2 runs, naming the input, its value and the limit.
+
 The modules: `converter` (the checks and `KerasTransformerConverter`, which
 fills the spec), `writer` (`export_ctranslate2`: the directory, written
-beside itself and renamed into place) and `runner` (`translate_ids`).
+beside itself and renamed into place), `positions` (the recorded limits and
+the checks against them) and `runner` (`translate_ids`).
 """
 
 INSTALL = "pip install 'keras-attention-decoders[ctranslate2]'"
@@ -62,6 +70,7 @@ from keras_attention.export.ctranslate2.converter import (  # noqa: E402
     QUANTIZATIONS,
     KerasTransformerConverter,
 )
+from keras_attention.export.ctranslate2.positions import position_limits  # noqa: E402
 from keras_attention.export.ctranslate2.runner import model_config, translate_ids  # noqa: E402
 from keras_attention.export.ctranslate2.writer import export_ctranslate2  # noqa: E402
 
@@ -72,5 +81,6 @@ __all__ = [
     "KerasTransformerConverter",
     "export_ctranslate2",
     "model_config",
+    "position_limits",
     "translate_ids",
 ]

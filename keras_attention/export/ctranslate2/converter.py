@@ -14,6 +14,8 @@ from keras_attention.layers.transformer_encoder import TransformerEncoderStack
 OWNER = "export_ctranslate2"
 QUANTIZATIONS = (None, "int8", "int8_float32")
 DEFAULT_MAX_POSITIONS = 1024
+# config.json's record of the position tables' rows, {"source": rows, "target": rows}: positions.py reads it.
+RECORD_KEY = "keras_attention_positions"
 _ACTIVATIONS = {
     keras.activations.relu: common_spec.Activation.RELU,
     keras.activations.gelu: common_spec.Activation.GELU,  # Keras's default: the exact (erf) GELU
@@ -273,4 +275,7 @@ class KerasTransformerConverter(Converter):
         config.bos_token = config.decoder_start_token = self.target_tokens[decoder.start_token]
         config.eos_token = self.target_tokens[decoder.end_token]
         config.add_source_bos = config.add_source_eos = False
+        # CTranslate2 keeps keys it does not know: the runners refuse requests beyond the tables before it fails.
+        rows = {"source": len(self.source_positions), "target": len(self.target_positions)}
+        config.add_attribute(RECORD_KEY, rows)
         return spec

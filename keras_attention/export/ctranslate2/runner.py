@@ -6,6 +6,13 @@ from pathlib import Path
 import ctranslate2
 import numpy as np
 
+from keras_attention.export.ctranslate2.positions import (
+    check_positions,
+    default_decoding_length,
+    position_limits,
+    source_lengths,
+)
+
 
 def model_vocabulary(model_dir, side):
     """The tokens (a list) of the `side` ("source" or "target") of a model
@@ -26,28 +33,48 @@ def translate_ids(model_dir, source_ids, pad_id=0, translator=None, **options):
     `length_penalty`, `num_hypotheses`, `max_decoding_length`,
     `min_decoding_length`, ...). Give `translator` to reuse a loaded one.
 
+    The position tables bound the request (`position_limits`): a source row
+    longer than the source table, or a `max_decoding_length` beyond the
+    target table, is refused with a `ValueError` before CTranslate2 runs
+    (CTranslate2 itself fails mid-call, and only on the rows that reach the
+    end of the table). `max_decoding_length` defaults to CTranslate2's 256,
+    or the target table's rows when fewer; `max_input_length` to 0, so
+    that CTranslate2 never cuts a source (its default cuts at 1024 tokens
+    without a word).
+
     Returns:
         `{"ids": (B, [n,] L) int32, "lengths": (B, [n]) with the end token
         counted when it was produced, "scores": (B, [n]) CTranslate2's
         scores}`: the beam axis `n` when `num_hypotheses` is given.
     """
-    translator = translator or ctranslate2.Translator(str(model_dir), device="cpu")
     source_tokens, target_tokens = model_vocabulary(model_dir, "source"), model_vocabulary(model_dir, "target")
     target_ids = {token: index for index, token in enumerate(target_tokens)}
     end_id = target_ids[model_config(model_dir)["eos_token"]]
     source_ids = np.asarray(source_ids)
+    if source_ids.ndim != 2:
+        raise ValueError(
+            f"translate_ids: `source_ids` has shape {list(source_ids.shape)}; expected (batch, positions) ids."
+        )
     outside = source_ids[(source_ids < 0) | (source_ids >= len(source_tokens))]
     if outside.size:
         raise ValueError(
             f"translate_ids: `source_ids` holds {outside.flat[0]}, outside the source vocabulary's "
             f"{len(source_tokens)} ids; expected ids of the vocabulary the model was converted with."
         )
+    limits = position_limits(model_dir)
+    options = {"max_decoding_length": default_decoding_length(limits), "max_input_length": 0, **options}
+    lengths = source_lengths(source_ids, pad_id)
+    if options["max_input_length"] > 0:  # the caller asked CTranslate2 to cut the rows there
+        lengths = np.minimum(lengths, options["max_input_length"])
+    names = ("`source_ids`", "`max_decoding_length`")
+    check_positions(limits, lengths, options["max_decoding_length"], "translate_ids", names)
     rows = []
     for row in source_ids.tolist():
         rows.append([source_tokens[i] for i in (row[: row.index(pad_id)] if pad_id in row else row)])
+    translator = translator or ctranslate2.Translator(str(model_dir), device="cpu")
     results = translator.translate_batch(rows, return_scores=True, **options)
     hypotheses = [[[target_ids[token] for token in tokens] for tokens in result.hypotheses] for result in results]
-    max_length = options.get("max_decoding_length", 256)  # CTranslate2's default
+    max_length = options["max_decoding_length"]
     width = max([max_length] + [len(tokens) for row in hypotheses for tokens in row])
     beams = max(len(row) for row in hypotheses)
     ids = np.full((len(rows), beams, width), end_id, "int32")

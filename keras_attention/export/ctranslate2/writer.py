@@ -69,8 +69,13 @@ def export_ctranslate2(
         quantization: None (float32), "int8" or "int8_float32" (CTranslate2's
             weight quantization).
         max_positions: how many positions the sinusoidal tables hold (a
-            learned table keeps its `max_length`): the longest source and
-            the most decoding steps CTranslate2 will run.
+            learned table keeps its `max_length`; without a position layer,
+            a table of zeros of this size): the longest source and the most
+            decoding steps CTranslate2 will run. Both tables' rows are
+            recorded in `config.json` (`position_limits` reads them) and
+            `translate_ids` and the serve command refuse a longer source or
+            a larger `max_decoding_length`: convert with a larger
+            `max_positions` to serve longer ones.
         overwrite: replace an existing CTranslate2 model directory.
 
     Returns:
