@@ -176,14 +176,18 @@ def _convert(function, signature, opset, collector):
     (measured: 246 of 676 s for the test suite's exported decoders). The
     passes run on the graph itself first; only if that raises is the
     conversion redone the careful way, which skips the failing pass, as
-    before. A user who set TF2ONNX_CATCH_ERRORS keeps their choice.
+    before. A user who set TF2ONNX_CATCH_ERRORS keeps their choice. The
+    pruning between passes walks each graph once (`tf2onnx_pruning`).
     """
     import tf2onnx
 
+    from keras_attention.export.tf2onnx_pruning import linear_pruning
+
     def convert():
-        model_proto, _ = tf2onnx.convert.from_function(
-            function, input_signature=signature.input_specs, opset=opset, custom_rewriter=[_selects_stay_selects]
-        )
+        with linear_pruning():
+            model_proto, _ = tf2onnx.convert.from_function(
+                function, input_signature=signature.input_specs, opset=opset, custom_rewriter=[_selects_stay_selects]
+            )
         return model_proto
 
     if _CATCH_ERRORS in os.environ:
