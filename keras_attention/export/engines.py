@@ -46,9 +46,9 @@ import numpy as np
 from keras_attention.decoders.runtime_options import RUNTIME_OPTIONS, check_option_values
 from keras_attention.export import litert_format, openvino_format
 from keras_attention.export.layout import DEFAULT_SIGNATURE, VOCABULARY_FILE, _onnx_file
+from keras_attention.export.loaded_onnx import embedding_rows
 from keras_attention.export.serving import (
     _check_ids,
-    _embedding_rows,
     _OnnxSignature,
     check_prefixes,
     option_feeds,
@@ -141,7 +141,7 @@ class _Recorded:
         self.options, self.prefixes = recorded.get("options", {}), recorded.get("prefixes", {})
         self.vocabulary = load_vocabulary(directory) if (directory / VOCABULARY_FILE).is_file() else None
         onnx = directory / _onnx_file(signature)
-        self.rows = _embedding_rows(onnx) if onnx.is_file() else {}
+        self.rows = embedding_rows(onnx) if onnx.is_file() else {}
 
     @property
     def specs(self):

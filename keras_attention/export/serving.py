@@ -15,7 +15,8 @@ from keras_attention.decoders.runtime_options import (
 )
 from keras_attention.export.fused_rnn import ZERO_STEPS_REFUSED
 from keras_attention.export.layout import DEFAULT_SIGNATURE, PRECISIONS, REPORT_FILE, VOCABULARY_FILE, _onnx_file
-from keras_attention.export.onnx import OPTIONS_PROPERTY, PREFIXES_PROPERTY, _session
+from keras_attention.export.loaded_onnx import embedding_rows, loaded_session
+from keras_attention.export.onnx import OPTIONS_PROPERTY, PREFIXES_PROPERTY
 from keras_attention.export.vocabulary import _is_text, decode_ids, encode_strings, load_vocabulary
 
 _ONNX_TYPES = {
@@ -70,63 +71,6 @@ def _check_ids(name, array, rows):
         )
 
 
-# Ops an id passes through on its way to an embedding lookup (Keras's
-# Embedding maps negative ids with a compare-and-select first).
-_ID_OPS = {
-    "Cast",
-    "Add",
-    "Sub",
-    "Mul",
-    "Where",
-    "Identity",
-    "Unsqueeze",
-    "Squeeze",
-    "Reshape",
-    "Less",
-    "Greater",
-    "Not",
-    "Expand",
-    "Clip",
-}
-
-
-def _embedding_rows(path):
-    """{input name: rows of the embedding table its ids are looked up in}.
-
-    Found by following each input through `_ID_OPS` to a `Gather` whose data
-    is a rank-2 weight; inputs that reach none are left out.
-    """
-    import onnx
-
-    graph = onnx.load(str(path)).graph
-    tables = {i.name: int(i.dims[0]) for i in graph.initializer if len(i.dims) == 2}
-    consumers = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    rows = {}
-    for value in graph.input:
-        seen, frontier, found = {value.name}, [value.name], []
-        while frontier:
-            name = frontier.pop()
-            for node in consumers.get(name, ()):
-                if (
-                    node.op_type == "Gather"
-                    and len(node.input) > 1
-                    and node.input[1] == name
-                    and node.input[0] in tables
-                ):
-                    found.append(tables[node.input[0]])
-                elif node.op_type in _ID_OPS:
-                    for output in node.output:
-                        if output not in seen:
-                            seen.add(output)
-                            frontier.append(output)
-        if found:
-            rows[value.name] = min(found)
-    return rows
-
-
 def _onnx_path(directory, signature, precision):
     """The ONNX file of `signature` at `precision`, or an error saying what the directory has."""
     if precision not in PRECISIONS:
@@ -155,7 +99,8 @@ class _OnnxSignature:
         self.path = _onnx_path(directory, signature, precision)
         self.directory, self.signature = directory, signature
         self.vocabulary = load_vocabulary(directory) if (directory / VOCABULARY_FILE).is_file() else None
-        self.session = _session(self.path, threads)
+        self.session = loaded_session(self.path, threads)
+        self.rows = embedding_rows(self.path)
         self.specs = {i.name: i for i in self.session.get_inputs()}
         self.options = session_options(self.session)
         self.prefixes = session_options(self.session, PREFIXES_PROPERTY)
@@ -178,7 +123,7 @@ class _OnnxSignature:
         if missing or unknown:
             optional = f" (and optionally the run-time options {list(self.options)})" if self.options else ""
             raise ValueError(f"`inputs` has keys {sorted(inputs)}; the model expects exactly {list(specs)}{optional}.")
-        rows = _embedding_rows(self.path)
+        rows = self.rows
         feeds = {}
         options = {name: value for name, value in inputs.items() if name in self.options}
         for name, value in inputs.items():
@@ -283,7 +228,7 @@ def option_feeds(specs, values, batch):
 
 
 def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, threads=None, precision="float32"):
-    """Run an exported ONNX signature once with onnxruntime.
+    """Run an exported ONNX signature with onnxruntime.
 
     `inputs` is {input name: array or nested list}; with a `vocabulary.json`
     next to the model, strings (or lists of strings) are tokenised
@@ -291,6 +236,10 @@ def run_onnx(directory, inputs, signature=DEFAULT_SIGNATURE, threads=None, preci
     input. Integer outputs named `ids` (or `..._ids`) are also detokenised.
     `precision="int8"` runs the quantized copy an export with
     `quantize="int8"` wrote beside the float32 file.
+
+    The file's onnxruntime session is loaded on the first call and kept for
+    the next ones (the last few files run; a file exported again in place is
+    loaded again), so calling it per request costs the run, not a load.
 
     Returns {"inputs": {name: shape fed}, "outputs": {name: array}, "text":
     {name: strings}}. Timing is not its business: the serve command
@@ -350,7 +299,7 @@ def translate_texts(
         raise ValueError(f"{str(directory)!r} has no {VOCABULARY_FILE} to tokenise texts with.")
     vocabulary = load_vocabulary(directory)
     texts = [texts] if isinstance(texts, str) else list(texts)
-    session = _session(path, threads)
+    session = loaded_session(path, threads)
     inputs = session.get_inputs()
     if len(inputs) != 1:
         raise ValueError(
