@@ -48,7 +48,10 @@ def exported(request, tmp_path_factory):
     samples = ordinary + [dict(zip(NAMES, _inputs(case))) for case in EXPORTED_CASES]
     report = export_model(model, directory, sample_inputs=samples, atol=1e-5)
     assert report.ok
-    return driver, model, directory
+    # Loaded once for the three cases (a decoder's SavedModel takes seconds to load).
+    session = onnxruntime.InferenceSession(str(directory / "model.onnx"), providers=["CPUExecutionProvider"])
+    restored = tf.saved_model.load(str(directory / "saved_model"))
+    return driver, model, session, restored
 
 
 def _split(outputs):
@@ -61,13 +64,11 @@ def _split(outputs):
 
 @pytest.mark.parametrize("case", EXPORTED_CASES)
 def test_in_predict_and_exported(exported, case):
-    driver, model, directory = exported
+    driver, model, session, restored = exported
     inputs = _inputs(case)
     feed = dict(zip(NAMES, inputs))
     predicted = _split(model.predict_on_batch(feed))
-    session = onnxruntime.InferenceSession(str(directory / "model.onnx"), providers=["CPUExecutionProvider"])
     from_onnx = _split(dict(zip([o.name for o in session.get_outputs()], session.run(None, feed))))
-    restored = tf.saved_model.load(str(directory / "saved_model"))
     served = restored.signatures["serving_default"](**{k: tf.constant(v) for k, v in feed.items()})
     from_saved_model = _split({k: np.asarray(v) for k, v in served.items()})
     for results in (predicted, from_onnx, from_saved_model):
