@@ -27,7 +27,9 @@ from keras_attention.export.ctranslate2 import (  # noqa: E402
     position_limits,
     translate_ids,
 )
+from keras_attention.export.ctranslate2 import runner  # noqa: E402
 from keras_attention.export.ctranslate2.positions import RECORD_KEY, _table_rows  # noqa: E402
+from keras_attention.export.ctranslate2.runner import read_model  # noqa: E402
 from tests.test_ctranslate2 import END, SOURCE_TOKENS, START, TARGET_TOKENS, Seq2Seq, V  # noqa: E402
 
 GREEDY = {"beam_size": 1, "length_penalty": 0, "min_decoding_length": 0}  # our greedy search's settings
@@ -172,3 +174,28 @@ def test_a_directory_written_without_the_record(model, tmp_path):
     config_path.write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"`keras_attention_positions` is \{'source': 0, 'target': 8\}; expected"):
         position_limits(directory)
+
+
+def test_a_directory_is_read_once_while_unchanged(model, tmp_path, monkeypatch):
+    """`read_model` answers from memory until one of the directory's files changes."""
+    directory = model.export(tmp_path / "model", max_positions=8)
+    first = read_model(directory)
+    assert first.limits == {"source": 8, "target": 8} and first.end_id == END
+    reads = []
+    monkeypatch.setattr(runner, "model_config", lambda path: reads.append(path) or {})
+    assert read_model(directory) is first
+    translate_ids(directory, model.source[:4], max_decoding_length=8, **GREEDY)
+    assert reads == []  # neither call read a file
+    monkeypatch.undo()
+    # Written again (a smaller record): read again, and the request is held to it.
+    config_path = directory / "config.json"
+    config = json.loads(config_path.read_text())
+    config[RECORD_KEY] = {"source": 6, "target": 6}
+    config_path.write_text(json.dumps(config))
+    assert read_model(directory).limits == {"source": 6, "target": 6}
+    with pytest.raises(ValueError, match="`source_ids` row 2 has 7 tokens, beyond the model's 6 source positions"):
+        translate_ids(directory, model.source[:4], translator=_Unused(), max_decoding_length=6)
+    with pytest.raises(ValueError, match="`max_decoding_length` is 8, beyond the model's 6 target positions"):
+        translate_ids(directory, model.source[:4, :6], translator=_Unused(), max_decoding_length=8)
+    with pytest.raises(TypeError):  # the record is shared by every caller: read-only
+        read_model(directory).limits["source"] = 9

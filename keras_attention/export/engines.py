@@ -239,13 +239,12 @@ class _CTranslate2:
             )
         import ctranslate2
 
-        from keras_attention.export.ctranslate2 import positions, runner
+        from keras_attention.export.ctranslate2 import runner
 
         self.directory, self.beam_size = directory, beam_size
-        self.limits = positions.position_limits(directory)
-        self.source_tokens = runner.model_vocabulary(directory, "source")
-        target_tokens = runner.model_vocabulary(directory, "target")
-        self.end_id = target_tokens.index(runner.model_config(directory)["eos_token"])
+        files = runner.read_model(directory)
+        self.limits, self.source_tokens, self.end_id = files.limits, list(files.source_tokens), files.end_id
+        target_tokens = list(files.target_tokens)
         compute_type = "int8" if precision == "int8" else "default"
         self.translator = ctranslate2.Translator(
             str(directory), device="cpu", compute_type=compute_type, intra_threads=threads or 0

@@ -1,6 +1,10 @@
 """`translate_ids`: a converted model run by `ctranslate2.Translator` on id arrays, answered as our decoders answer."""
 
+import collections
+import functools
 import json
+import os
+import types
 from pathlib import Path
 
 import ctranslate2
@@ -22,6 +26,36 @@ def model_vocabulary(model_dir, side):
         if path.is_file():
             return json.loads(path.read_text(encoding="utf-8"))
     raise FileNotFoundError(f"translate_ids: {model_dir!s} has no {side} vocabulary; expected a model directory.")
+
+
+# What translate_ids needs of a model directory, read once while its files are unchanged.
+ModelFiles = collections.namedtuple("ModelFiles", "source_tokens target_tokens target_ids end_id limits")
+_READ_FILES = ("config.json", "model.bin", "source_vocabulary.json", "target_vocabulary.json", "shared_vocabulary.json")
+
+
+def read_model(model_dir):
+    """The vocabularies, end id and position limits of a model directory
+    (`ModelFiles`), read again only when one of its files changed: a server
+    answering one request at a time reads them once, not per request."""
+    model_dir = os.path.abspath(model_dir)
+    identity = []
+    for name in _READ_FILES:
+        try:
+            status = os.stat(os.path.join(model_dir, name))
+            identity.append((name, status.st_ino, status.st_size, status.st_mtime_ns))
+        except FileNotFoundError:
+            continue
+    return _read_model(model_dir, tuple(identity))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_model(model_dir, identity):
+    source_tokens, target_tokens = model_vocabulary(model_dir, "source"), model_vocabulary(model_dir, "target")
+    target_ids = {token: index for index, token in enumerate(target_tokens)}
+    end_id = target_ids[model_config(model_dir)["eos_token"]]
+    # Read-only views: the record is shared by every caller.
+    limits = types.MappingProxyType(position_limits(model_dir))
+    return ModelFiles(tuple(source_tokens), tuple(target_tokens), types.MappingProxyType(target_ids), end_id, limits)
 
 
 def translate_ids(model_dir, source_ids, pad_id=0, translator=None, **options):
@@ -47,9 +81,7 @@ def translate_ids(model_dir, source_ids, pad_id=0, translator=None, **options):
         counted when it was produced, "scores": (B, [n]) CTranslate2's
         scores}`: the beam axis `n` when `num_hypotheses` is given.
     """
-    source_tokens, target_tokens = model_vocabulary(model_dir, "source"), model_vocabulary(model_dir, "target")
-    target_ids = {token: index for index, token in enumerate(target_tokens)}
-    end_id = target_ids[model_config(model_dir)["eos_token"]]
+    source_tokens, _, target_ids, end_id, limits = read_model(model_dir)
     source_ids = np.asarray(source_ids)
     if source_ids.ndim != 2:
         raise ValueError(
@@ -61,7 +93,6 @@ def translate_ids(model_dir, source_ids, pad_id=0, translator=None, **options):
             f"translate_ids: `source_ids` holds {outside.flat[0]}, outside the source vocabulary's "
             f"{len(source_tokens)} ids; expected ids of the vocabulary the model was converted with."
         )
-    limits = position_limits(model_dir)
     options = {"max_decoding_length": default_decoding_length(limits), "max_input_length": 0, **options}
     lengths = source_lengths(source_ids, pad_id)
     if options["max_input_length"] > 0:  # the caller asked CTranslate2 to cut the rows there
