@@ -25,9 +25,9 @@ from keras_attention.export.ctranslate2 import (  # noqa: E402
     DEFAULT_MAX_POSITIONS,
     export_ctranslate2,
     position_limits,
+    runner,  # noqa: E402
     translate_ids,
 )
-from keras_attention.export.ctranslate2 import runner  # noqa: E402
 from keras_attention.export.ctranslate2.positions import RECORD_KEY, _table_rows  # noqa: E402
 from keras_attention.export.ctranslate2.runner import read_model  # noqa: E402
 from tests.test_ctranslate2 import END, SOURCE_TOKENS, START, TARGET_TOKENS, Seq2Seq, V  # noqa: E402
