@@ -25,7 +25,7 @@ from keras_attention.export.ctranslate2 import (  # noqa: E402
     DEFAULT_MAX_POSITIONS,
     export_ctranslate2,
     position_limits,
-    runner,  # noqa: E402
+    runner,
     translate_ids,
 )
 from keras_attention.export.ctranslate2.positions import RECORD_KEY, _table_rows  # noqa: E402
