@@ -46,6 +46,7 @@ from keras_attention.decoders.runtime_options import RUNTIME_OPTIONS
 from keras_attention.export.layout import DEFAULT_SIGNATURE, QUANTIZATIONS
 from keras_attention.export.quantize import _quantized_outputs
 from keras_attention.export.report import ExportError
+from keras_attention.export.saved_model_format import track_model
 
 NAME = "litert"  # its name in the registry (`formats`), and the key of its options in `ExportContext.options`
 INSTALL = "pip install 'keras-attention-decoders[litert]'"
@@ -77,7 +78,7 @@ def _saved_model(signature, path):
     import keras
 
     archive = keras.export.ExportArchive()
-    archive.track(signature.model)
+    track_model(archive, signature.model)
     archive.add_endpoint(signature.name, signature.serve, signature.input_specs)
     archive.write_out(str(path), verbose=False)
 

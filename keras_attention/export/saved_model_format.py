@@ -24,12 +24,26 @@ def _serve_without_checks(signature):
     return serve
 
 
+def track_model(archive, model):
+    """Track `model` in `archive`: a functional or Sequential model layer by
+    layer. ExportArchive walks what it tracks for lookup tables, and on a
+    Keras model that walk traces the model's own default serving function
+    (`_default_save_signature`), which the export never uses: a second
+    trace of a decoder and its loop. A layer has no such function; the
+    variables are those of the layers either way."""
+    if isinstance(model, keras.Model) and getattr(model, "inputs", None) and model.layers:
+        for layer in model.layers:
+            track_model(archive, layer)
+    elif not isinstance(model, keras.layers.InputLayer):
+        archive.track(model)
+
+
 def write(context):
     """Write every signature as an endpoint of one SavedModel in `context.staging`."""
     archive = keras.export.ExportArchive()
     on_tensorflow = context.backend == "tensorflow"
     for signature in context.signatures:
-        archive.track(signature.model)
+        track_model(archive, signature.model)
         if on_tensorflow:
             function = archive.add_endpoint(signature.name, signature.serve, signature.input_specs)
             context.traced[signature.name] = function
