@@ -12,13 +12,16 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # benchmarks and gpu-check run outside the tests, at the default level.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
-# Not JAX's persistent compilation cache, which would share the programs
-# each eager call of a decoding loop compiles anew (119 -> 77 s on one
-# module): jaxlib 0.10.2 crashed a worker writing an entry (segmentation
-# fault in compilation_cache.put_executable_and_time, CI run of 850e62c).
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+
+if keras.backend.backend() == "jax":
+    # Each eager call of a decoding loop compiles it anew on JAX: the worker
+    # keeps one compilation per program (tests/jax_compiles.py says how).
+    from tests import jax_compiles
+
+    jax_compiles.install()
 
 # The line that makes a test module backend-neutral (`make test-jax`,
 # `make test-torch`): it imports nothing of TensorFlow and uses
