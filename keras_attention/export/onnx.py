@@ -177,14 +177,15 @@ def _convert(function, signature, opset, collector):
     passes run on the graph itself first; only if that raises is the
     conversion redone the careful way, which skips the failing pass, as
     before. A user who set TF2ONNX_CATCH_ERRORS keeps their choice. The
-    pruning between passes walks each graph once (`tf2onnx_pruning`).
+    pruning between passes walks each graph once, and the passes skip their
+    bookkeeping (`tf2onnx_speedups`).
     """
     import tf2onnx
 
-    from keras_attention.export.tf2onnx_pruning import linear_pruning
+    from keras_attention.export.tf2onnx_speedups import faster_tf2onnx
 
     def convert():
-        with linear_pruning():
+        with faster_tf2onnx():
             model_proto, _ = tf2onnx.convert.from_function(
                 function, input_signature=signature.input_specs, opset=opset, custom_rewriter=[_selects_stay_selects]
             )

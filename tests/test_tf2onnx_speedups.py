@@ -1,18 +1,26 @@
-"""The linear-time pruning used during ONNX conversion
-(keras_attention/export/tf2onnx_pruning.py): on every call a real
-conversion makes, in the main graph and in the loop and branch bodies of a
-beam-search decoder, it keeps exactly the nodes tf2onnx's own walk keeps,
-with the walk's checker too; and it is tf2onnx's method again once the conversions end."""
+"""tf2onnx's methods replaced during ONNX conversion
+(keras_attention/export/tf2onnx_speedups.py). The linear-time pruning: on
+every call a real conversion makes, in the main graph and in the loop and
+branch bodies of a beam-search decoder, it keeps exactly the nodes tf2onnx's
+own walk keeps, with the walk's checker too. The optimizer passes without
+their bookkeeping: the same nodes, in every body, as tf2onnx's own passes,
+and the same outputs. Both are tf2onnx's methods again once the conversions
+end."""
 
+import collections
 import threading
 
 import pytest
 import tensorflow as tf
 
 pytest.importorskip("tf2onnx")
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import onnxruntime  # noqa: E402
 from tf2onnx.graph import Graph  # noqa: E402
+from tf2onnx.optimizer.optimizer_base import GraphOptimizerBase  # noqa: E402
 
-from keras_attention.export.tf2onnx_pruning import _extract_sub_graph_nodes, linear_pruning  # noqa: E402
+from keras_attention.export.tf2onnx_speedups import _extract_sub_graph_nodes, _optimize, faster_tf2onnx  # noqa: E402
 from tests.export_models import beam  # noqa: E402
 
 
@@ -92,19 +100,61 @@ def test_keeps_the_nodes_tf2onnx_keeps_on_every_call_of_a_decoder_s_conversion(m
     assert max(len(want) for (want, _), *_ in calls) >= 100
 
 
-def test_tf2onnx_s_method_is_back_after_the_block_and_after_nested_or_concurrent_blocks():
-    original = Graph.extract_sub_graph_nodes
-    with linear_pruning():
-        assert Graph.extract_sub_graph_nodes is _extract_sub_graph_nodes
-        with linear_pruning():
-            assert Graph.extract_sub_graph_nodes is _extract_sub_graph_nodes
-        assert Graph.extract_sub_graph_nodes is _extract_sub_graph_nodes
-    assert Graph.extract_sub_graph_nodes is original
+def _node_counts(graph):
+    """{op type: count} over `graph` and, prefixed by their nesting, its bodies."""
+    counts = collections.Counter(node.op_type for node in graph.node)
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                counts.update({f"{node.op_type}/{k}": v for k, v in _node_counts(attribute.g).items()})
+    counts["initializers"] = len(graph.initializer)
+    return counts
+
+
+def test_the_passes_without_their_bookkeeping_leave_the_nodes_tf2onnx_s_passes_leave():
+    import tf2onnx
+
+    model = beam()
+    decoder = tf.function(lambda source: model(source), input_signature=[tf.TensorSpec((None, None), tf.int32)])
+    source = np.array([[3, 4, 5, 0], [6, 0, 0, 0]], "int32")
+    for function, feed in ((decoder, source), (_branch_reading_its_own_value(), np.array([1.5, -2.0], "float32"))):
+        protos = []
+        for passes in (GraphOptimizerBase.optimize, _optimize):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(GraphOptimizerBase, "optimize", passes)
+                proto, _ = tf2onnx.convert.from_function(function, input_signature=function.input_signature, opset=17)
+            protos.append(proto)
+        theirs, ours = (_node_counts(proto.graph) for proto in protos)
+        assert ours == theirs
+        assert sum(v for k, v in theirs.items() if "/" in k) > 0  # bodies compared too
+        outputs = []
+        for proto in protos:
+            session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+            outputs.append(session.run(None, {session.get_inputs()[0].name: feed}))
+        for theirs_output, ours_output in zip(*outputs):
+            np.testing.assert_array_equal(ours_output, theirs_output)
+
+
+def test_tf2onnx_s_methods_are_back_after_the_block_and_after_nested_or_concurrent_blocks():
+    originals = (Graph.extract_sub_graph_nodes, GraphOptimizerBase.optimize)
+
+    def replaced():
+        return Graph.extract_sub_graph_nodes is _extract_sub_graph_nodes and GraphOptimizerBase.optimize is _optimize
+
+    def restored():
+        return (Graph.extract_sub_graph_nodes, GraphOptimizerBase.optimize) == originals
+
+    with faster_tf2onnx():
+        assert replaced()
+        with faster_tf2onnx():
+            assert replaced()
+        assert replaced()
+    assert restored()
 
     inside, leave = threading.Barrier(3), threading.Barrier(3)
 
     def convert():
-        with linear_pruning():
+        with faster_tf2onnx():
             inside.wait()
             leave.wait()
 
@@ -112,12 +162,12 @@ def test_tf2onnx_s_method_is_back_after_the_block_and_after_nested_or_concurrent
     for thread in threads:
         thread.start()
     inside.wait()
-    assert Graph.extract_sub_graph_nodes is _extract_sub_graph_nodes
+    assert replaced()
     leave.wait()
     for thread in threads:
         thread.join()
-    assert Graph.extract_sub_graph_nodes is original
+    assert restored()
 
-    with pytest.raises(RuntimeError), linear_pruning():
+    with pytest.raises(RuntimeError), faster_tf2onnx():
         raise RuntimeError("a failed conversion")
-    assert Graph.extract_sub_graph_nodes is original
+    assert restored()
