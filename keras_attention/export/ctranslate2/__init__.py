@@ -56,7 +56,9 @@ before CTranslate2 runs, naming the input, its value and the limit.
 The modules: `converter` (the checks and `KerasTransformerConverter`, which
 fills the spec), `writer` (`export_ctranslate2`: the directory, written
 beside itself and renamed into place), `positions` (the recorded limits and
-the checks against them) and `runner` (`translate_ids`).
+the checks against them) and `runner` (`translate_ids`, and `read_model`,
+which reads a directory's vocabularies and limits once while its files are
+unchanged).
 """
 
 INSTALL = "pip install 'keras-attention-decoders[ctranslate2]'"
@@ -71,7 +73,7 @@ from keras_attention.export.ctranslate2.converter import (  # noqa: E402
     KerasTransformerConverter,
 )
 from keras_attention.export.ctranslate2.positions import position_limits  # noqa: E402
-from keras_attention.export.ctranslate2.runner import model_config, translate_ids  # noqa: E402
+from keras_attention.export.ctranslate2.runner import model_config, read_model, translate_ids  # noqa: E402
 from keras_attention.export.ctranslate2.writer import export_ctranslate2  # noqa: E402
 
 __all__ = [
@@ -82,5 +84,6 @@ __all__ = [
     "export_ctranslate2",
     "model_config",
     "position_limits",
+    "read_model",
     "translate_ids",
 ]
