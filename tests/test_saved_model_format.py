@@ -73,3 +73,24 @@ def test_every_variable_is_saved(tmp_path, nested):
     loaded = tf.saved_model.load(str(tmp_path / "export" / "saved_model"))
     saved = sorted(tuple(v.shape) for v in loaded.variables)
     assert saved == sorted(tuple(v.shape) for v in model.weights)
+
+
+def _string_model():
+    words = keras.Input((None,), dtype="string", name="words")
+    ids = keras.layers.StringLookup(vocabulary=["a", "b", "c"])(words)
+    embedded = keras.layers.Embedding(5, 4)(ids)
+    return keras.Model(words, keras.layers.Dense(2, name="logits")(keras.ops.mean(embedded, axis=1)))
+
+
+def test_a_model_reading_strings_exports_with_its_sample_strings(tmp_path):
+    model = _string_model()
+    words = np.array([["a", "c", "zz"], ["b", "b", "a"]])
+    report = export_model(model, tmp_path / "export", formats=["saved_model"], sample_inputs=[{"words": words}])
+    assert report.ok
+    loaded = tf.saved_model.load(str(tmp_path / "export" / "saved_model"))
+    served = loaded.signatures["serving_default"](words=tf.constant(words))["logits"].numpy()
+    np.testing.assert_allclose(served, keras.ops.convert_to_numpy(model(words)), atol=1e-6)
+    # Without sample strings there is nothing to verify with: said, and nothing written.
+    with pytest.raises(ValueError, match="input 'words' of signature 'serving_default' takes strings"):
+        export_model(model, tmp_path / "unverified", formats=["saved_model"])
+    assert not (tmp_path / "unverified").exists()

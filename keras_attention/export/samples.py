@@ -49,6 +49,11 @@ def _generated_batches(signature, shapes, rng):
             dynamic = len(shape) >= 2 and spec_shape(spec)[1] is None
             rows = lengths if shape[0] == batch else np.full(shape[0], length)  # a fixed batch size
             padding = np.arange(shape[1])[None, :] >= rows[:, None] if dynamic else None
+            if spec_dtype(spec) == "string":
+                raise ValueError(
+                    f"input {spec.name!r} of signature {signature.name!r} takes strings, which the export cannot "
+                    "make up to verify it with: pass `sample_inputs` ({input name: array}) holding its strings."
+                )
             dtype = np.dtype(spec_dtype(spec))
             if dtype.kind == "b":
                 value = np.broadcast_to(
@@ -95,6 +100,9 @@ def _sample_batches(signature, sample_inputs, vocabulary):
             for name, spec in zip(signature.input_names, signature.input_specs):
                 # A run-time option left out takes its default (no values).
                 value = batch.get(name, [])
+                if spec_dtype(spec) == "string":  # the model reads the strings itself (e.g. a StringLookup)
+                    arrays.append(np.asarray(value, dtype=object))
+                    continue
                 if _is_text(value):
                     if vocabulary is None:
                         raise ValueError(f"`sample_inputs`: input {name!r} is text; pass `vocabulary` to tokenise it.")
