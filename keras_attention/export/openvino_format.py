@@ -20,8 +20,9 @@ loop input and the `Loop` is refused. Its other reader converts them, and
 `convert` uses that one (`READER`). A graph it cannot read is refused
 before anything is left behind, naming the signature, the operations and
 the way out: the ONNX file, served by onnxruntime. So is, at verification,
-a graph the CPU runtime fails on (additive attention's score, whose
-einsum's Reshape its shape inference gets wrong), naming the node.
+a graph the CPU runtime fails on (TensorFlow's einsum `bqvu,u->bqv`, whose
+Reshape its shape inference gets wrong: additive attention scores with
+`bqvu,uo->bqvo` instead), naming the node.
 
 Serve the IR with OpenVINO directly::
 
