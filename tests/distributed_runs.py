@@ -7,9 +7,9 @@ here before anything runs):
 
     KERAS_BACKEND=tensorflow python -m tests.distributed_runs data_parallel lstm
     XLA_FLAGS=--xla_force_host_platform_device_count=4 KERAS_BACKEND=jax \\
-        python -m tests.distributed_runs model_parallel_beam transformer
+        python -m tests.distributed_runs model_parallel_greedy,model_parallel_beam transformer
 
-It prints one JSON line: for each model, what both runs produced (batch
+It prints one JSON line per check: for each model, what both runs produced (batch
 losses, weights, outputs, gradients, decoded ids), as differences and raw
 values the tests compare. The models are tiny: the suite's cores are shared.
 """
@@ -294,14 +294,19 @@ RUNS = {
 
 
 def main(argv):
-    check, kind = argv
+    """`CHECK[,CHECK...] MODEL`: one JSON line per check, in order (several checks share one
+    process's start-up; each builds its own models, in its own distribution scope)."""
+    checks, kind = argv
     backend = keras.backend.backend()
-    if (check, backend) not in RUNS or kind not in MODELS:
-        raise SystemExit(
-            f"distributed_runs: no {check!r} run of {kind!r} on the {backend} backend; "
-            f"runs: {sorted(RUNS)}, models: {MODELS}"
-        )
-    print(json.dumps({"backend": backend, "check": check, "model": kind, "report": RUNS[check, backend](kind)}))
+    for check in checks.split(","):
+        if (check, backend) not in RUNS or kind not in MODELS:
+            raise SystemExit(
+                f"distributed_runs: no {check!r} run of {kind!r} on the {backend} backend; "
+                f"runs: {sorted(RUNS)}, models: {MODELS}"
+            )
+    for check in checks.split(","):
+        report = RUNS[check, backend](kind)
+        print(json.dumps({"backend": backend, "check": check, "model": kind, "report": report}), flush=True)
 
 
 if __name__ == "__main__":

@@ -27,22 +27,27 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "scaling-out.md"
 
 
-def run_distributed(check, model, **env):
-    """`python -m tests.distributed_runs check model` in a fresh process (its devices are set
-    up before the backend starts): its JSON report."""
+def run_distributed_checks(checks, model, **env):
+    """`python -m tests.distributed_runs CHECK,... model` in a fresh process (its devices are set
+    up before the backend starts): {check: its JSON report}."""
     environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **env}
     finished = subprocess.run(
-        [sys.executable, "-m", "tests.distributed_runs", check, model],
+        [sys.executable, "-m", "tests.distributed_runs", ",".join(checks), model],
         cwd=ROOT,
         env=environment,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert finished.returncode == 0, finished.stderr[-4000:]
-    report = json.loads(finished.stdout.strip().splitlines()[-1])
-    assert (report["check"], report["model"]) == (check, model)
-    return report["report"]
+    lines = [json.loads(line) for line in finished.stdout.strip().splitlines()[-len(checks) :]]
+    assert [(line["check"], line["model"]) for line in lines] == [(check, model) for check in checks]
+    return {line["check"]: line["report"] for line in lines}
+
+
+def run_distributed(check, model, **env):
+    """One check's report (see `run_distributed_checks`)."""
+    return run_distributed_checks([check], model, **env)[check]
 
 
 def assert_trains_like_one_device(report, replicas):

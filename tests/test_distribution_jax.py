@@ -5,30 +5,43 @@ model's outputs, gradients and searches. On PyTorch, Keras 3 has no `keras.distr
 says so, and fails the day it has one. Each run is a subprocess: JAX must see its 4 devices
 (`XLA_FLAGS`) before it starts."""
 
+import functools
+
 import keras
 import numpy as np
 import pytest
 
 from tests import distributed_runs
-from tests.test_distribution import assert_trains_like_one_device, expected_axes, run_distributed
+from tests.test_distribution import assert_trains_like_one_device, expected_axes, run_distributed_checks
 
 pytestmark = pytest.mark.any_backend
 
 on_jax = pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution runs on JAX")
 FOUR_CPUS = {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+CHECKS = ("data_parallel", "model_parallel_training", "model_parallel_greedy", "model_parallel_beam")
+
+
+@functools.cache
+def _reports(model):
+    # Every check of a model in one process: a JAX process's start-up is most of a check's time.
+    return run_distributed_checks(CHECKS, model, **FOUR_CPUS)
+
+
+def run_distributed(check, model):
+    return _reports(model)[check]
 
 
 @on_jax
 @pytest.mark.parametrize("model", distributed_runs.MODELS)
 def test_data_parallel_over_four_cpus_trains_like_one_device(model):
-    report = run_distributed("data_parallel", model, **FOUR_CPUS)
+    report = run_distributed("data_parallel", model)
     assert_trains_like_one_device(report, replicas=4)
 
 
 @on_jax
 @pytest.mark.parametrize("model", distributed_runs.MODELS)
 def test_model_parallel_places_each_weight_and_keeps_outputs_and_gradients(model):
-    report = run_distributed("model_parallel_training", model, **FOUR_CPUS)
+    report = run_distributed("model_parallel_training", model)
     placements = report["placements"]
     for path, axes in placements.items():
         assert axes == expected_axes(path, len(axes)), path
@@ -45,7 +58,7 @@ def test_model_parallel_places_each_weight_and_keeps_outputs_and_gradients(model
 @pytest.mark.parametrize("method", ["greedy", "beam"])
 @pytest.mark.parametrize("model", distributed_runs.MODELS)
 def test_searches_on_the_sharded_model_find_the_same_ids(model, method):
-    report = run_distributed(f"model_parallel_{method}", model, **FOUR_CPUS)
+    report = run_distributed(f"model_parallel_{method}", model)
     ids = np.array(report["ids"])
     np.testing.assert_array_equal(ids, report["reference_ids"])
     np.testing.assert_array_equal(report["lengths"], report["reference_lengths"])

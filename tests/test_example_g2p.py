@@ -1,5 +1,6 @@
 """The grapheme-to-phoneme example at smoke size: the whole pipeline on 50 real words."""
 
+import functools
 import json
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from keras_attention.text import Vocabulary
 from tests import examples
 
 data = examples.load("g2p.data")
+# Parsed once for the module's tests (about 2 s a parse; the tests only read it).
+cmudict_split = functools.cache(data.cmudict_split)
 
 
 def run(*arguments, timeout=1200):
@@ -30,7 +33,7 @@ def cmudict_smoke(tmp_path_factory):
 
 
 def test_cmudict_split_is_the_documented_one():
-    split = data.cmudict_split()
+    split = cmudict_split()
     assert len(split["test"]) == 7817
     assert len(split["train"]) + len(split["dev"]) == 117109
     assert not set(split["test"]) & set(split["train"]) and not set(split["dev"]) & set(split["train"])
@@ -78,7 +81,7 @@ def test_smoke_model_memorises_its_fifty_words_and_exports_with_parity(cmudict_s
 
 def test_serve_command_pronounces_a_word_list(cmudict_smoke, tmp_path):
     out, _, _ = cmudict_smoke
-    words = sorted(lexicon.subset(data.cmudict_split()["train"], 50))[:5]
+    words = sorted(lexicon.subset(cmudict_split()["train"], 50))[:5]
     (tmp_path / "words.txt").write_text("\n".join(words) + "\n")
     completed = examples.run(
         examples.SERVE,
@@ -90,7 +93,7 @@ def test_serve_command_pronounces_a_word_list(cmudict_smoke, tmp_path):
     )
     lines = completed.stdout.splitlines()
     assert [line.split("\t")[0] for line in lines] == words
-    train_words = data.cmudict_split()["train"]
+    train_words = cmudict_split()["train"]
     # The memorised words come back as their phones, separated by spaces.
     right = sum(line.split("\t")[1].split() in train_words[line.split("\t")[0]] for line in lines)
     assert right >= 4

@@ -400,23 +400,39 @@ def _script_errors(done):
     return [line for line in done.stderr.strip().splitlines() if not _TF_LOG.match(line)]
 
 
-def test_serve_onnx_script_in_its_own_process_prints_no_traceback(seq2seq, tmp_path):
+def test_serve_onnx_script_in_its_own_process_prints_no_traceback(seq2seq):
     done = run_script(*SERVE, seq2seq["directory"], "--signature", "translate", "--inputs", "[[1, 99]]", "--runs", "1")
     assert done.returncode == 1 and done.stdout == ""
     assert _script_errors(done) == [
         "error: input 'source' holds the id 99, outside the model's vocabulary: its embedding has 9 rows (ids 0 to 8)."
     ]
-    done = run_script(*SERVE, tmp_path / "nothing", "--inputs", "[[1]]")
-    assert done.returncode == 1 and len(_script_errors(done)) == 1
-    assert _script_errors(done)[0].startswith("error: no ONNX file")
-    done = run_script(*SERVE, seq2seq["directory"], "--runs", "many")
-    assert done.returncode == 2 and _script_errors(done) == [
-        "error: argument --runs: invalid int value: 'many' (see keras-attention-serve --help)"
-    ]
-    done = run_script(*SERVE, seq2seq["directory"], "--inputs", "[[1]]", "--warmup", "-1")
-    assert done.returncode == 2 and _script_errors(done) == [
-        "error: argument --warmup: expected an integer >= 0, got -1 (see keras-attention-serve --help)"
-    ]
+
+
+def _serve_in_process(capsys, *argv):
+    """`keras-attention-serve argv` in this process (the subprocess above shows
+    that a process prints only what `main` prints): (exit status, stderr lines)."""
+    from keras_attention.export.serve_cli import main
+
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as stop:  # argparse's refusals
+        status = stop.code
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return status, captured.err.strip().splitlines()
+
+
+def test_serve_onnx_script_refuses_a_missing_directory_and_bad_flags_in_one_line(seq2seq, tmp_path, capsys):
+    status, errors = _serve_in_process(capsys, tmp_path / "nothing", "--inputs", "[[1]]")
+    assert status == 1 and len(errors) == 1 and errors[0].startswith("error: no ONNX file")
+    assert _serve_in_process(capsys, seq2seq["directory"], "--runs", "many") == (
+        2,
+        ["error: argument --runs: invalid int value: 'many' (see keras-attention-serve --help)"],
+    )
+    assert _serve_in_process(capsys, seq2seq["directory"], "--inputs", "[[1]]", "--warmup", "-1") == (
+        2,
+        ["error: argument --warmup: expected an integer >= 0, got -1 (see keras-attention-serve --help)"],
+    )
 
 
 def test_vocabulary_helpers(tmp_path):
