@@ -419,8 +419,10 @@ def test_decoding_exports_to_saved_model_and_onnx_with_identical_ids(trained, tm
     decoded = infer(test_numbers[:7])
     if search == "greedy":
         np.testing.assert_array_equal(decoded, trained.infer(test_numbers[:7]))
-    else:
-        assert_valid_pointers(decoded, trained.test[2][:7], complete=search == "beam")
+    elif search == "beam":
+        assert_valid_pointers(decoded, trained.test[2][:7], complete=True)
+    else:  # a diverse beam's best may end before it has pointed at every position
+        assert_valid_pointers(decoded, trained.test[2][:7], complete=False)
 
 
 def test_keras_file_round_trip_of_both_models(trained, tmp_path):
