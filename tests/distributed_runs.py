@@ -296,15 +296,15 @@ RUNS = {
 def main(argv):
     """`CHECK[,CHECK...] MODEL`: one JSON line per check, in order (several checks share one
     process's start-up; each builds its own models, in its own distribution scope)."""
-    checks, kind = argv
+    checks, kind = argv[0].split(","), argv[1]
     backend = keras.backend.backend()
-    for check in checks.split(","):
+    for check in checks:
         if (check, backend) not in RUNS or kind not in MODELS:
             raise SystemExit(
                 f"distributed_runs: no {check!r} run of {kind!r} on the {backend} backend; "
                 f"runs: {sorted(RUNS)}, models: {MODELS}"
             )
-    for check in checks.split(","):
+    for check in checks:
         report = RUNS[check, backend](kind)
         print(json.dumps({"backend": backend, "check": check, "model": kind, "report": report}), flush=True)
 
