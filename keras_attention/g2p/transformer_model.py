@@ -53,8 +53,14 @@ class ScaledEmbedding(keras.layers.Embedding):
     ```
     """
 
+    @property
+    def output_scale(self):
+        """The factor of every vector, sqrt(output_dim): what converters to
+        other engines fold into the table (CTranslate2's `export_ctranslate2`)."""
+        return math.sqrt(self.output_dim)
+
     def call(self, inputs):
-        return super().call(inputs) * math.sqrt(self.output_dim)
+        return super().call(inputs) * self.output_scale
 
 
 def check_config(config):

@@ -20,7 +20,7 @@ What maps to what (CTranslate2 linears are `(out, in)`; Keras's
 | each sublayer's norm (`gamma`, `beta`)        | the sublayer spec's `layer_norm`             |
 | `norm_first`, the stacks' `output_norm`       | `pre_norm`, `no_final_norm`, `layer_norm`    |
 | `layer_norm_epsilon`                          | `config.layer_norm_epsilon`                  |
-| embeddings (not scaled)                       | `embeddings`, `scale_embeddings = False`     |
+| embeddings (times `output_scale`, if any)     | `embeddings`, `scale_embeddings = False`     |
 | position layer, positions `0..P-1`            | `position_encodings.encodings` `(P, d)`      |
 | read-out `Dense`                              | `decoder.projection`                         |
 | `start_token`, `end_token`                    | `decoder_start_token`, `eos_token`           |

@@ -50,12 +50,24 @@ def _tokens(argument, vocabulary, size):
 
 
 def _embedding(argument, layer, model_dim):
+    """The table CTranslate2 looks ids up in: the layer's rows times its
+    `output_scale` when it has one (an `Embedding` whose outputs are scaled,
+    as `g2p.transformer_model.ScaledEmbedding`'s by sqrt(d)). Another
+    subclass of `Embedding` may compute anything from its table: refused."""
     if not isinstance(layer, keras.layers.Embedding) or not layer.built:
         _refuse(argument, f"is {layer!r:.80}", "expected a built keras.layers.Embedding")
+    scale = getattr(layer, "output_scale", None)
+    if type(layer) is not keras.layers.Embedding and scale is None:
+        _refuse(
+            argument,
+            f"is a {type(layer).__name__}, a subclass of Embedding whose outputs the converter cannot read",
+            "CTranslate2 takes a plain Embedding, or one whose outputs are its rows times its `output_scale`",
+        )
     weight = _numpy(layer.embeddings)
     if weight.shape[1] != model_dim:
         _refuse(argument, f"has {weight.shape[1]} features but the model size is {model_dim}", "give the model's")
-    return weight
+    # Folded into the table: Keras multiplies the looked-up row by the same float32 factor.
+    return weight if scale is None else weight * np.float32(scale)
 
 
 def _position_table(argument, layer, model_dim, max_positions):

@@ -1,5 +1,7 @@
-"""`export_ctranslate2`: every check first, then the model directory written beside itself and renamed into place."""
+"""`export_ctranslate2`: every check first, then the model directory written
+beside itself, verified against Keras and renamed into place."""
 
+import json
 import os
 import shutil
 import tempfile
@@ -12,8 +14,11 @@ from keras_attention.export.ctranslate2.converter import (
     KerasTransformerConverter,
     _refuse,
 )
+from keras_attention.export.ctranslate2.verification import DEFAULT_ATOL, verify_conversion
 
 _MODEL_FILES = ("model.bin", "config.json")
+# config.json's record of the verification (CTranslate2 keeps keys it does not know).
+PARITY_KEY = "keras_attention_parity"
 
 
 def _check_directory(directory, overwrite):
@@ -42,6 +47,9 @@ def export_ctranslate2(
     quantization=None,
     max_positions=DEFAULT_MAX_POSITIONS,
     overwrite=False,
+    verify=True,
+    sample_source_ids=None,
+    atol=DEFAULT_ATOL,
 ):
     """Write the Transformer as a CTranslate2 model directory (`ctranslate2.Translator` loads it).
 
@@ -77,6 +85,17 @@ def export_ctranslate2(
             a larger `max_decoding_length`: convert with a larger
             `max_positions` to serve longer ones.
         overwrite: replace an existing CTranslate2 model directory.
+        verify: score target tokens with the written model and with the Keras
+            layers (`verification.verify_conversion`: teacher-forced, every
+            token's log-probability) and refuse the export, writing nothing,
+            when one differs by more than `atol`. The float32 conversion is
+            the one compared (a quantized one is written from the same
+            spec after it passed: its rounding is by design); the result is
+            recorded in `config.json` under `keras_attention_parity`.
+        sample_source_ids: `(N, S)` source ids padded with 0 to verify on
+            (default: 8 seeded rows of 1 to 8 random ids, within the
+            source table).
+        atol: the largest log-probability difference accepted.
 
     Returns:
         The model directory, a `pathlib.Path`.
@@ -98,7 +117,21 @@ def export_ctranslate2(
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.new-", dir=directory.parent))
     old = None
     try:
-        converter.convert(str(staging), quantization=quantization, force=True)
+        converter.convert(str(staging), force=True)
+        if verify:
+            layers = {
+                "decoder": decoder,
+                "encoder": encoder,
+                "source_embedding": source_embedding,
+                "source_position": source_position,
+            }
+            tokens = converter.source_tokens, converter.target_tokens
+            limits = {"source": len(converter.source_positions), "target": len(converter.target_positions)}
+            parity = verify_conversion(staging, layers, *tokens, limits, source_ids=sample_source_ids, atol=atol)
+        if quantization is not None:
+            converter.convert(str(staging), quantization=quantization, force=True)
+        if verify:
+            _record(staging / "config.json", {**parity, "atol": atol, "compared": "float32"})
         _check_directory(directory, overwrite)  # again: something may have appeared meanwhile
         if directory.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
@@ -113,3 +146,9 @@ def export_ctranslate2(
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return directory
+
+
+def _record(config_path, parity):
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config[PARITY_KEY] = parity
+    config_path.write_text(json.dumps(config, indent=4), encoding="utf-8")
