@@ -146,7 +146,28 @@ def test_cached_steps_equal_the_whole_sequence(use_rotary, norm_first):
         np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
         assert (weights[1, :, 2:] == 0).all()
     keys = to_numpy(caches[0][0])
-    assert keys.shape == (B, T + 2, 2, D // 2) and (keys[:, T:] == 0).all()
+    # Laid out by head, (N, H, L, k): the positions past the last step are still zero.
+    assert keys.shape == (B, 2, T + 2, D // 2) and (keys[:, :, T:] == 0).all()
+
+
+def test_attend_heads_equals_attend_on_keys_and_values_laid_out_by_head():
+    """The cached step's attention (keys and values `(B, H, Tv, k)`) against the layer's own
+    `attend` (`(B, Tv, H, k)`): outputs and weights, and a row without a valid position outputs 0."""
+    rng = np.random.default_rng(7)
+    query, value = rng.normal(size=(B, 3, D)).astype("float32"), rng.normal(size=(B, TS, D)).astype("float32")
+    attention = ka.MultiHeadAttention(num_heads=2, key_dim=4)
+    attention(query, value)
+    randomize(attention, rng)
+    projected_query = attention.project_query(query)
+    keys, values = attention.project_key(value), attention.project_value(value)
+    mask = rng.random((B, 3, TS)) < 0.7
+    mask[1, 2] = False
+    want, want_weights = attention.attend(projected_query, keys, values, mask, return_attention_scores=True)
+    by_head = [ops.transpose(tensor, (0, 2, 1, 3)) for tensor in (keys, values)]
+    got, got_weights = attention.attend_heads(projected_query, *by_head, mask, return_attention_scores=True)
+    np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
+    np.testing.assert_allclose(to_numpy(got_weights), to_numpy(want_weights), atol=1e-6)
+    assert (to_numpy(got)[1, 2] == 0).all() and np.abs(to_numpy(got)[0]).max() > 0.1
 
 
 def test_config_round_trip_and_stack_seeds():

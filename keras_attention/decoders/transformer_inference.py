@@ -27,10 +27,10 @@ class TransformerInferenceDecoder(SearchDecoder):
         h_t, caches = stack.step(x_t, caches, memory projected once, t)
         logits_t = output_layer(h_t)
 
-    The caches (per layer: keys and values `(N, max_length, H, key_dim)`)
-    are preallocated to `max_length` and written at the step index with a
-    masked write (fixed shapes, so the loop compiles with XLA and exports
-    to ONNX); beam search reorders them with the hypotheses, as every state.
+    The caches (per layer: keys and values `(N, H, max_length, key_dim)`, by head)
+    are preallocated to `max_length` and written at the step index by a
+    scatter (fixed shapes, so the loop compiles with XLA and exports to
+    ONNX); beam search reorders them with the hypotheses, as every state.
     The cross-attention's keys and values are projected once per call
     (`prepared`, tiled for beam search). A step costs `O(t)` rather than
     recomputing the `O(t^2)` prefix, and its logits equal the teacher-forced

@@ -10,21 +10,32 @@ __all__ = ["TransformerDecoderLayer", "TransformerDecoderStack"]
 
 
 def _write_position(cache, time, values):
-    """`cache[:, time] = values` as a scatter of one row per example, the
-    cache's shape fixed: `slice_update` inside a loop does not convert to
-    ONNX (a scatter becomes ScatterND), and a masked `where` over the whole
-    cache, which does, rewrote all of it at every step: a third of a cached
-    greedy step under XLA on a CPU (d 256, 3 layers, batch 64, length 32)."""
-    rows = ops.shape(cache)[0]
-    position = ops.zeros((rows,), "int32") + ops.cast(time, "int32")
-    return ops.scatter_update(cache, ops.stack([ops.arange(rows, dtype="int32"), position], axis=1), values)
+    """`cache[:, :, time] = values` for a cache `(N, H, L, k)` laid out by
+    head and values `(N, H, k)`: a scatter of one row per example and head
+    into the `(N * H, L, k)` view, the cache's shape fixed. `slice_update`
+    inside a loop does not convert to ONNX (a scatter becomes ScatterND),
+    and a masked `where` over the whole cache, which does, rewrote all of it
+    at every step: a third of a cached greedy step under XLA on a CPU (d
+    256, 3 layers, batch 64, length 32)."""
+    shape = ops.shape(cache)
+    rows = ops.reshape(cache, (-1, shape[2], shape[3]))
+    count = ops.shape(rows)[0]
+    position = ops.zeros((count,), "int32") + ops.cast(time, "int32")
+    indices = ops.stack([ops.arange(count, dtype="int32"), position], axis=1)
+    written = ops.scatter_update(rows, indices, ops.reshape(values, (-1, shape[3])))
+    return ops.reshape(written, shape)
 
 
 def _step_self_mask(cache, time):
-    """`(N, 1, L)`: a step at `time` sees the cached positions `0..time`."""
-    rows, length = ops.shape(cache)[0], ops.shape(cache)[1]
+    """`(N, 1, L)`: a step at `time` sees the cached positions `0..time` of a cache `(N, H, L, k)`."""
+    rows, length = ops.shape(cache)[0], ops.shape(cache)[2]
     seen = ops.less_equal(ops.arange(length), time)
     return ops.broadcast_to(ops.reshape(seen, (1, 1, length)), (rows, 1, length))
+
+
+def _by_head(projected):
+    """`(B, T, H, k)` -> `(B, H, T, k)`: the layout `MultiHeadAttention.attend_heads` multiplies as it is."""
+    return ops.transpose(projected, (0, 2, 1, 3))
 
 
 def _cross_mask(memory_mask):
@@ -46,10 +57,12 @@ class TransformerDecoderLayer(TransformerBlock):
 
     Cached decoding runs the same layer one position at a time:
     `project_memory(memory)` projects the cross-attention's keys and values
-    once per sequence; `initial_cache(batch, max_length)` preallocates the
-    self-attention's keys and values, `(N, max_length, H, key_dim)` each;
+    once per sequence, `(B, H, Ts, key_dim)` each; `initial_cache(batch,
+    max_length)` preallocates the self-attention's keys and values, `(N, H,
+    max_length, key_dim)` each (laid out by head, the layout a step
+    multiplies them in);
     `step(x, cache, projected_memory, memory_mask, time)` writes the step's
-    key and value at `time` (a masked write: fixed shapes for XLA and ONNX
+    key and value at `time` (a scatter: fixed shapes for XLA and ONNX
     loops) and attends over positions `0..time`. Its output equals the
     full-sequence call's at position `time`.
 
@@ -88,29 +101,29 @@ class TransformerDecoderLayer(TransformerBlock):
     # ------------------------------------------------------- whole sequences
 
     def project_memory(self, memory):
-        """The cross-attention's `(keys, values)`, `(B, Ts, H, key_dim)` each: once per sequence."""
-        return self.cross_attention.project_key(memory), self.cross_attention.project_value(memory)
+        """The cross-attention's `(keys, values)` for cached steps, `(B, H,
+        Ts, key_dim)` each: once per sequence, laid out by head."""
+        attention = self.cross_attention
+        return _by_head(attention.project_key(memory)), _by_head(attention.project_value(memory))
 
-    def _cross_sublayer(self, projected_memory, mask, training, return_weights=False):
-        keys, values = projected_memory
+    def _cross_sublayer(self, keys, values, mask, training, return_weights=False, attend=None):
+        """`attend` (the attention's `attend`, or `attend_heads` for keys and values by head)."""
+        attend = attend or self.cross_attention.attend
 
         def sublayer(h):
             query = self.cross_attention.project_query(h)
-            return self.cross_attention.attend(
-                query, keys, values, mask, training=training, return_attention_scores=return_weights
-            )
+            return attend(query, keys, values, mask, training=training, return_attention_scores=return_weights)
 
         return sublayer
 
-    def call(self, inputs, memory, mask=None, memory_mask=None, training=None, projected_memory=None):
-        if projected_memory is None:
-            projected_memory = self.project_memory(memory)
+    def call(self, inputs, memory, mask=None, memory_mask=None, training=None):
+        keys, values = self.cross_attention.project_key(memory), self.cross_attention.project_value(memory)
         self_mask = padding_and_causal_mask(mask, mask, causal_length=ops.shape(inputs)[1])
         attend = self._self_attention_sublayer(self.self_attention, self_mask, training)
         x, _ = self._residual(inputs, self.self_attention_norm, attend, training)
         cross_mask = padding_and_causal_mask(mask, memory_mask)
         x, _ = self._residual(
-            x, self.cross_attention_norm, self._cross_sublayer(projected_memory, cross_mask, training), training
+            x, self.cross_attention_norm, self._cross_sublayer(keys, values, cross_mask, training), training
         )
         x, _ = self._residual(x, self.feed_forward_norm, lambda h: self._feed_forward(h, training), training)
         return x
@@ -121,9 +134,9 @@ class TransformerDecoderLayer(TransformerBlock):
     # ------------------------------------------------------------ one step
 
     def initial_cache(self, batch, max_length):
-        """Zero `(keys, values)` of `(batch, max_length, H, key_dim)`, in the compute dtype."""
+        """Zero `(keys, values)` of `(batch, H, max_length, key_dim)`, in the compute dtype."""
         attention = self.self_attention
-        shape = (batch, max_length, attention.num_heads, attention.key_dim)
+        shape = (batch, attention.num_heads, max_length, attention.key_dim)
         return ops.zeros(shape, self.compute_dtype), ops.zeros(shape, self.compute_dtype)
 
     def step(self, x, cache, projected_memory, memory_mask, time, training=False, return_weights=False):
@@ -138,11 +151,19 @@ class TransformerDecoderLayer(TransformerBlock):
             key = self._rotate(attention.project_key(h), time)
             keys = _write_position(key_cache, time, ops.squeeze(key, 1))
             values = _write_position(value_cache, time, ops.squeeze(attention.project_value(h), 1))
-            output, _ = attention.attend(query, keys, values, _step_self_mask(keys, time), training=training)
+            output, _ = attention.attend_heads(query, keys, values, _step_self_mask(keys, time), training=training)
             return output, (keys, values)
 
         x, cache = self._residual(x, self.self_attention_norm, self_sublayer, training)
-        cross = self._cross_sublayer(projected_memory, _cross_mask(memory_mask), training, return_weights)
+        memory_keys, memory_values = projected_memory
+        cross = self._cross_sublayer(
+            memory_keys,
+            memory_values,
+            _cross_mask(memory_mask),
+            training,
+            return_weights,
+            attend=self.cross_attention.attend_heads,
+        )
         x, weights = self._residual(x, self.cross_attention_norm, cross, training)
         x, _ = self._residual(x, self.feed_forward_norm, lambda h: self._feed_forward(h, training), training)
         if weights is not None:
