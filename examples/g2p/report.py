@@ -22,7 +22,7 @@ RESULTS = ROOT / "results"
 PAGE = ROOT / "docs" / "results.md"
 BEGIN, END = "<!-- g2p-results:begin -->", "<!-- g2p-results:end -->"
 # Other runs of ours on the CMUdict split, each shown as one more row.
-VARIANTS = ("g2p_cmudict_large.json",)
+VARIANTS = ("g2p_cmudict_large.json", "g2p_cmudict_transformer.json")
 # Serving studies (`serving.py`) of the default run, by beam width, float32
 # and int8: the whole ensemble, then its first model alone.
 SERVED_RUN = "g2p_cmudict.json"
@@ -108,7 +108,8 @@ def cmudict_table(document, variants=()):
             f"{_label(variant['ours']['model'])[0].upper()}{_label(variant['ours']['model'])[1:]}: `{variant['command']}` "
             f"({_minutes(variant['wall_seconds'])} wall time; {variant['date']}); dev WER against training minutes: "
             + _curve(variant["ours"]["history"])
-            + ".",
+            + "."
+            + (f" {variant['conditions']}" if variant.get("conditions") else ""),
         ]
     return "\n".join(lines)
 
