@@ -183,7 +183,7 @@ def test_without_an_early_end_it_is_beam_search():
     np.testing.assert_allclose(got["scores"], want["log_probs"] / STEPS**0.6, rtol=1e-6)
 
 
-def test_fields_config_and_refusals():
+def test_the_search_fields_config_and_refusals():
     strategy = RefillingBeamSearch(5, 0.6, 0.2, length_penalty_form="gnmt", num_hypotheses=2)
     again = decoding.get(keras.saving.serialize_keras_object(strategy))
     assert type(again) is RefillingBeamSearch and again.get_config() == strategy.get_config()
