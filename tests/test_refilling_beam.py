@@ -205,19 +205,22 @@ def test_the_search_fields_config_and_refusals():
 def test_decoders_take_the_strategy_and_its_config_keeps_it():
     keras.utils.set_random_seed(0)
     memory, mask = memory_batch()
+    memory, mask = np.concatenate([memory, memory[2:]]), np.concatenate([mask, mask[2:]])  # row 3 is row 2
     options = dict(method="refilling_beam", beam_width=3, num_hypotheses=2, length_penalty_form="gnmt", min_length=2)
     decoder = sharpened(make_decoder(["length_penalty_weight"], **options), memory, mask, scale=2.0, end_bias=2.0)
     assert decoder.get_config()["length_penalty_form"] == "gnmt"
-    result = numpy_of(decoder(memory, memory_mask=mask, options={"length_penalty_weight": [0.0, 0.0, 10.0]}))
-    assert result["ids"].shape == (3, 2, 8) and result["alignments"].shape == (3, 2, 8, 5)
+    weights = {"length_penalty_weight": [0.0, 0.0, 0.0, 10.0]}
+    result = numpy_of(decoder(memory, memory_mask=mask, options=weights))
+    assert result["ids"].shape == (4, 2, 8) and result["alignments"].shape == (4, 2, 8, 5)
     assert (result["lengths"] >= 3).all() and (result["ids"][:, :, :2] != 2).all()  # min_length
     # Each example's own weight (the strategy's reference test checks the values per example).
-    default = numpy_of(decoder(memory, memory_mask=mask))["ids"]
-    np.testing.assert_array_equal(result["ids"][:2], default[:2])
-    assert not np.array_equal(result["ids"][2], default[2])
+    assert not np.array_equal(result["ids"][3], result["ids"][2])
     # An ensemble of two copies of the decoder searches the decoder's own distribution.
-    ensemble = ka.EnsembleDecoder([decoder, decoder], search=RefillingBeamSearch(3, 0.0, 0.0, "gnmt", 2), min_length=2)
-    np.testing.assert_array_equal(numpy_of(ensemble([memory, memory], memory_mask=mask))["ids"], default)
+    search = RefillingBeamSearch(3, 0.0, 0.0, "gnmt", 2)
+    ensemble = ka.EnsembleDecoder([decoder, decoder], search=search, min_length=2, runtime_options=list(weights))
+    np.testing.assert_array_equal(
+        numpy_of(ensemble([memory, memory], memory_mask=mask, options=weights))["ids"], result["ids"]
+    )
     # The decoder's config carries the strategy's own field (a keyword it does not declare).
     again = ka.InferenceDecoder.from_config(decoder.get_config())
     assert again.method == "refilling_beam" and again.length_penalty_form == "gnmt"
