@@ -203,6 +203,10 @@ def test_beam_rows_gather_beams_reorder_beams_and_write_step(selection, monkeypa
     tensor = np.arange(2 * 3 * 2 * 2).reshape(2, 3, 2, 2)
     want = tensor[np.arange(2)[:, None], parents]
     np.testing.assert_array_equal(gather_beams(tensor, parents), want)
+    # k rows of n: two of three (a pool), four of three (candidates), as many as it holds.
+    for picked in (np.array([[2, 0], [1, 1]], "int32"), np.array([[2, 0, 0, 1], [1, 1, 2, 0]], "int32")):
+        got = gather_beams(ops.convert_to_tensor(tensor), ops.convert_to_tensor(picked))
+        np.testing.assert_array_equal(got, tensor[np.arange(2)[:, None], picked])
     state = {"h": tensor.reshape(6, 2, 2), "c": (np.arange(6.0),)}
     reordered = reorder_beams(state, parents)
     np.testing.assert_array_equal(reordered["h"], want.reshape(6, 2, 2))

@@ -146,7 +146,13 @@ CONFIGURATIONS = {
 def converted(request, tmp_path_factory):
     model = Seq2Seq(**CONFIGURATIONS[request.param])
     directory = model.export(tmp_path_factory.mktemp("ct2") / "model")
-    return model, directory, ctranslate2.Translator(str(directory), device="cpu")
+    return model, directory, translator_of(directory)
+
+
+def translator_of(directory):
+    """One thread: CTranslate2's default thread pool contends with the test workers for a small
+    machine's cores (a width-4 translation of the 300 rows: 6 s on 2 busy cores, 0.04 s alone)."""
+    return ctranslate2.Translator(str(directory), device="cpu", intra_threads=1)
 
 
 def test_greedy_ids_lengths_and_scores_equal_keras(converted):
@@ -177,12 +183,13 @@ def test_attention_is_our_alignments(converted):
 
 
 def test_beam_search_best_hypotheses(converted):
-    """Finished hypotheses: CTranslate2 moves them out of the beam and refills it with running
-    ones (and stops once the top beam has ended); ours keep their slot, as TensorFlow Addons'
-    beam search did, so fewer hypotheses keep running. The best hypotheses agree on most rows
-    (measured: 98-100% at width 2, 87-99% at width 4, by configuration); on every row CTranslate2's
-    is at least as likely as ours, and its score is the Keras model's for its ids: the two
-    differ in the search, never in the model."""
+    """`method="beam"`: finished hypotheses keep their slot, as TensorFlow Addons' beam search
+    did, where CTranslate2 moves them out of the beam and refills it with running ones (and
+    stops once the top beam has ended), so fewer hypotheses keep running. The best hypotheses
+    agree on most rows (measured: 98-100% at width 2, 87-99% at width 4, by configuration); on
+    every row CTranslate2's is at least as likely as ours, and its score is the Keras model's for
+    its ids: the two differ in the search, never in the model (`method="refilling_beam"`
+    searches as CTranslate2 does: the next test)."""
     model, directory, translator = converted
     for width in (2, 4):
         ours = model.decode(method="beam", beam_width=width, length_penalty_weight=0.0)
@@ -197,6 +204,48 @@ def test_beam_search_best_hypotheses(converted):
         np.testing.assert_allclose(theirs["scores"][:, 0], keras_scores, atol=1e-4)
 
 
+def test_refilling_beam_search_is_ctranslate2s(converted):
+    """`method="refilling_beam"` is CTranslate2's beam search: every hypothesis of the n-best
+    list, in order, with its score (measured: 100% of the rows at widths 2 and 4, without and
+    with CTranslate2's default `length_penalty=1`, on every configuration), and with a coverage
+    penalty. CTranslate2 4.8's CPU beam search reads another source's attention at the first
+    step when the batch holds several (`unflatten_ids` indexes the batch before it is
+    expanded, the attention after), so the coverage penalty is compared one source per call."""
+    model, directory, translator = converted
+    for width, alpha in ((2, 0.0), (4, 0.0), (4, 1.0)):
+        ours = model.decode(method="refilling_beam", beam_width=width, length_penalty_weight=alpha)
+        theirs = translate_ids(
+            directory,
+            model.source,
+            translator=translator,
+            beam_size=width,
+            num_hypotheses=width,
+            **{**SAME_AS_OURS, "length_penalty": alpha},
+        )
+        _assert_same_hypotheses(theirs, ours, (width, alpha))
+        ended = ours["lengths"][:, 0] < MAX_LENGTH
+        assert 0.25 <= ended.mean() < 1, (width, alpha, ended.mean())  # both ends are compared
+    rows, options = 30, dict(beam_size=3, num_hypotheses=3, length_penalty=0.6, coverage_penalty=0.3)
+    decoder = model.decoder(
+        method="refilling_beam", beam_width=3, length_penalty_weight=0.6, coverage_penalty_weight=0.3
+    )
+    result = decoder(model.memory[:rows], memory_mask=model.source[:rows] != 0)
+    ours = {key: ops.convert_to_numpy(result[key]) for key in ("ids", "lengths", "scores")}
+    single = [
+        translate_ids(directory, model.source[row : row + 1], translator=translator, **{**SAME_AS_OURS, **options})
+        for row in range(rows)
+    ]
+    theirs = {key: np.concatenate([one[key] for one in single]) for key in ("ids", "lengths", "scores")}
+    _assert_same_hypotheses(theirs, ours, "coverage")
+
+
+def _assert_same_hypotheses(theirs, ours, case):
+    same = (theirs["ids"][..., :MAX_LENGTH] == ours["ids"]).all((1, 2)) & (theirs["lengths"] == ours["lengths"]).all(1)
+    assert same.mean() >= 0.999, (case, f"{(~same).sum()} of {len(same)} rows differ")
+    np.testing.assert_allclose(theirs["scores"][same, 0], ours["scores"][same, 0], atol=1e-4, err_msg=str(case))
+    np.testing.assert_allclose(theirs["scores"][same], ours["scores"][same], rtol=1e-5, atol=1e-4, err_msg=str(case))
+
+
 def test_beam_search_n_best_equal_keras_when_no_hypothesis_ends_early(tmp_path):
     """Without an end token inside the limit the two searches are the same: every hypothesis, in order."""
     model = Seq2Seq(norm_first=True, position="sinusoidal", seed=3)
@@ -205,7 +254,9 @@ def test_beam_search_n_best_equal_keras_when_no_hypothesis_ends_early(tmp_path):
     model.readout.bias.assign(bias)
     directory = model.export(tmp_path / "model")
     ours = model.decode(method="beam", beam_width=3, length_penalty_weight=0.0)
-    theirs = translate_ids(directory, model.source, beam_size=3, num_hypotheses=3, **SAME_AS_OURS)
+    theirs = translate_ids(
+        directory, model.source, translator=translator_of(directory), beam_size=3, num_hypotheses=3, **SAME_AS_OURS
+    )
     assert len({tuple(row) for row in ours["ids"][:, 0]}) >= 30
     np.testing.assert_array_equal(theirs["ids"][..., :MAX_LENGTH], ours["ids"])
     np.testing.assert_allclose(theirs["scores"], ours["scores"], atol=1e-4)
@@ -221,7 +272,7 @@ def test_int8_agreement(quantization, tmp_path):
     float32 = model.export(tmp_path / "float32", max_positions=16)
     # The kernels take a byte instead of four (biases, norms, scales and positions stay float32: 45%).
     assert (directory / "model.bin").stat().st_size < 0.5 * (float32 / "model.bin").stat().st_size
-    theirs = translate_ids(directory, model.source, beam_size=1, **SAME_AS_OURS)
+    theirs = translate_ids(directory, model.source, translator=translator_of(directory), beam_size=1, **SAME_AS_OURS)
     same = (theirs["ids"][:, :MAX_LENGTH] == model.greedy["ids"]).all(1)
     assert same.mean() >= 0.90, same.mean()
     assert np.median(np.abs(theirs["scores"][same] - model.greedy["scores"][same])) <= 0.05
@@ -333,7 +384,7 @@ def test_vocabularies_of_the_text_module(tmp_path):
     config = json.loads((directory / "config.json").read_text())
     assert (config["unk_token"], config["decoder_start_token"], config["eos_token"]) == ("<unk>", "<s>", "</s>")
     assert config["layer_norm_epsilon"] == pytest.approx(1e-5) and not config["add_source_bos"]
-    translator = ctranslate2.Translator(str(directory), device="cpu")
+    translator = translator_of(directory)
     # An unlisted source token reads as <unk>: the same translation as its id.
     as_text = translator.translate_batch([["s5", "never-seen"]], beam_size=1, **SAME_AS_OURS)
     as_ids = translate_ids(directory, np.array([[5, 1]]), translator=translator, beam_size=1, **SAME_AS_OURS)

@@ -61,6 +61,8 @@ def test_docstring_has_formula_paper_shapes_and_a_running_example(cls):
         keras_attention.decoding.min_p.min_p_filter,
         keras_attention.decoding.DiverseBeamSearch,
         keras_attention.decoding.diverse_beam.select_by_group,
+        keras_attention.decoding.RefillingBeamSearch,
+        keras_attention.decoding.refilling_beam.hypothesis_scores,
         keras_attention.decoding.processors.get,
         *keras_attention.decoding.processors.registered().values(),
     ],

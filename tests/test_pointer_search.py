@@ -1,5 +1,6 @@
-"""PointerNetwork on the shared search strategies: beam search against a brute force over
-every pointer sequence, n-best, diverse groups, run-time options and constraints on positions."""
+"""PointerNetwork on the shared search strategies: beam search (and the refilling beam search)
+against a brute force over every pointer sequence, n-best, diverse groups, run-time options and
+constraints on positions."""
 
 import itertools
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attention.decoding import BeamSearch, DiverseBeamSearch, GreedySearch
+from keras_attention.decoding import BeamSearch, DiverseBeamSearch, GreedySearch, RefillingBeamSearch
 from keras_attention.models.pointer import END, PointerNetwork
 
 pytestmark = pytest.mark.any_backend
@@ -68,11 +69,18 @@ def brute_force(network, numbers, mask, alpha=0.0):
     return everything
 
 
-@pytest.mark.parametrize("alpha", [0.0, 0.8])
-def test_beam_search_over_the_pointer_is_the_brute_force_over_every_sequence(network, alpha):
+SEARCHES = {
+    "beam": BeamSearch,
+    # Every sequence enters its pool too; its form of the length penalty made BeamSearch's.
+    "refilling_beam": lambda width, alpha: RefillingBeamSearch(width, alpha, length_penalty_form="gnmt"),
+}
+
+
+@pytest.mark.parametrize("alpha, search", [(0.0, "beam"), (0.8, "beam"), (0.8, "refilling_beam")])
+def test_beam_search_over_the_pointer_is_the_brute_force_over_every_sequence(network, alpha, search):
     network, numbers, mask = network
     width = 16  # 1 + 3 + 6 + 6 sequences of 3 inputs: the search keeps all of them
-    got = numpy_of(network.decode(numbers, mask, search=BeamSearch(width, alpha)))
+    got = numpy_of(network.decode(numbers, mask, search=SEARCHES[search](width, alpha)))
     for b, (ids, scores, log_probs, lengths) in enumerate(brute_force(network, numbers, mask, alpha)):
         assert np.diff(scores).max() < -1e-4  # no near tie: the order is the model's
         count = len(ids)

@@ -49,6 +49,7 @@ OPTIONS = {
     "min_p": {"min_p": [0.0, 0.02, 0.9], "seed": [101, 102, 103]},
     # The options it shares with "beam" are exercised there.
     "diverse_beam": {"diversity_strength": [0.0, 2.0, 8.0]},
+    "refilling_beam": {"length_penalty_weight": [0.0, 1.0, 3.0], "coverage_penalty_weight": [2.0, 0.0, 5.0]},
 }
 
 # Fields a method needs beyond `option_model`'s (three groups of one beam).
@@ -59,7 +60,7 @@ CONSTRUCTOR = {"diverse_beam": {"num_groups": 3}}
 # embeddings, a sharper read-out and random biases (seeded per method: the
 # first seed under which every option of `OPTIONS` changes the ids) give it
 # sources that matter, ends at various steps and repetitions to block.
-BIAS_SEEDS = {"greedy": 3, "sample": 0, "beam": 3, "min_p": 0, "diverse_beam": 3}
+BIAS_SEEDS = {"greedy": 3, "sample": 0, "beam": 3, "min_p": 0, "diverse_beam": 3, "refilling_beam": 0}
 
 
 def option_model(method, names=None, **constructor):

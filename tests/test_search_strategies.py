@@ -27,14 +27,15 @@ def table_step(seed=0, batch=2):
 
 
 def test_the_registry_finds_each_strategy_by_name():
-    assert list(strategies.registered()) == ["greedy", "sample", "beam", "diverse_beam", "min_p"]
+    assert list(strategies.registered()) == ["greedy", "sample", "beam", "diverse_beam", "min_p", "refilling_beam"]
     assert isinstance(decoding.get("greedy"), GreedySearch)
     assert isinstance(decoding.get("sample"), SamplingSearch)
     assert decoding.get("beam").beam_width == 4
     given = BeamSearch(2)
     assert decoding.get(given) is given
     with pytest.raises(
-        ValueError, match=r"must be one of \['greedy', 'sample', 'beam', 'diverse_beam', 'min_p'\].*got 'nucleus'"
+        ValueError,
+        match=r"must be one of \['greedy', 'sample', 'beam', 'diverse_beam', 'min_p', 'refilling_beam'\].*got 'nucleus'",
     ):
         decoding.get("nucleus")
 

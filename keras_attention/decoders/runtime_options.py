@@ -90,6 +90,7 @@ FIXED_OPTIONS = {
     "suppress_tokens": "the `allowed_tokens` input already restricts ids per example",
     "early_stopping": "it changes the loop's condition",
     "length_convention": "it changes the score's bookkeeping",
+    "length_penalty_form": "it changes the score's formula",
     "return_alignments": "it sets the outputs",
     "return_token_log_probs": "it sets the outputs",
 }

@@ -1,7 +1,8 @@
 """In-graph decoding over any step function `step(ids, state, time) -> (logits, state)`.
 
 Search strategies are objects too (`GreedySearch`, `SamplingSearch`,
-`BeamSearch`), registered by name: `get("beam")`.
+`BeamSearch`, `DiverseBeamSearch`, `MinPSampling`, `RefillingBeamSearch`),
+registered by name: `get("beam")`.
 
 Greedy search, sampling and beam search run inside `keras.ops.while_loop`, so
 they compile with XLA and export, loop included, to SavedModel and ONNX.
@@ -30,6 +31,7 @@ from keras_attention.decoding.diverse_beam import DiverseBeamSearch
 from keras_attention.decoding.greedy import greedy_search, sampling_search
 from keras_attention.decoding.hashed_random import hashed_uniform, row_seeds
 from keras_attention.decoding.min_p import MinPSampling
+from keras_attention.decoding.refilling_beam import RefillingBeamSearch, refilling_beam_search
 from keras_attention.decoding.runtime_fields import RuntimeField
 from keras_attention.decoding.strategies import BeamSearch, GreedySearch, SamplingSearch, SearchStrategy, get
 
@@ -40,6 +42,7 @@ __all__ = [
     "DiverseBeamSearch",
     "GreedySearch",
     "MinPSampling",
+    "RefillingBeamSearch",
     "RuntimeField",
     "SamplingSearch",
     "SearchStrategy",
@@ -57,6 +60,7 @@ __all__ = [
     "row_seeds",
     "length_penalty",
     "relative_max_lengths",
+    "refilling_beam_search",
     "reorder_beams",
     "sampling_search",
     "search_is_decided",

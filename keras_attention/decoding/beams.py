@@ -116,12 +116,16 @@ def beam_rows(parents):
 def gather_beams(tensor, parents):
     """`out[b, k, ...] = tensor[b, parents[b, k], ...]`: each new beam takes its parent's row.
 
+    `parents` may pick a different number of rows than `tensor` holds
+    (`(batch, k)` from `(batch, n, ...)`, e.g. the best of a beam and a pool
+    of finished hypotheses put together); `n` must then be known when traced.
+
     Args:
         tensor: `(batch, width, ...)`.
-        parents: int `(batch, width)`, beam indices in `[0, width)`.
+        parents: int `(batch, width)` (or `(batch, k)`), beam indices in `[0, width)`.
 
     Returns:
-        `(batch, width, ...)`, the dtype of `tensor`.
+        `(batch, width, ...)` (or `(batch, k, ...)`), the dtype of `tensor`.
 
     Example:
 
@@ -132,10 +136,19 @@ def gather_beams(tensor, parents):
     """
     tensor = ops.convert_to_tensor(tensor)
     width = tensor.shape[1]
+    picked = parents.shape[1] if hasattr(parents, "shape") else len(parents[0])
+    picked = width if picked is None else picked  # unknown when traced: as many as it holds
     row_size = _static_size(tensor.shape[2:])
-    if width is not None and row_size is not None and width * width * row_size <= SELECT_BY_MASK_ELEMENTS:
+    if width is not None and row_size is not None and width * picked * row_size <= SELECT_BY_MASK_ELEMENTS:
         return _select_beams(tensor, parents, width)
     shape = ops.shape(tensor)
+    if width is not None and picked != width:
+        # Rows of `width` per example, `picked` taken from each: the offsets are the source's.
+        parents = ops.cast(parents, "int32")
+        batch = ops.shape(parents)[0]
+        flat = ops.reshape(tensor, (batch * width, *shape[2:]))
+        rows = ops.reshape(ops.expand_dims(ops.arange(batch, dtype="int32") * width, 1) + parents, (-1,))
+        return ops.reshape(ops.take(flat, rows, axis=0), (batch, picked, *shape[2:]))
     # The row count from `parents`, not from `tensor`'s own dimensions:
     # tf2onnx rewrites a reshape to its input's merged dimensions as one with
     # a -1, which ONNX cannot infer from an empty tensor (a source of length 0).

@@ -177,8 +177,13 @@ class BeamSearch(SearchStrategy):
     """
 
     runtime_fields = (
-        RuntimeField("length_penalty_weight", "float32", 0, meaning="GNMT length penalty alpha"),
-        RuntimeField("coverage_penalty_weight", "float32", 0, meaning="GNMT coverage penalty beta"),
+        RuntimeField(
+            "length_penalty_weight",
+            "float32",
+            0,
+            meaning="length penalty alpha (beam: GNMT's; refilling_beam: its length_penalty_form)",
+        ),
+        RuntimeField("coverage_penalty_weight", "float32", 0, meaning="coverage penalty beta (GNMT's)"),
     )
 
     def __init__(

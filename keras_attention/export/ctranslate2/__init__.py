@@ -35,16 +35,18 @@ vocabularies of the wrong size or with repeated tokens.
 
 The search options stay on each side: CTranslate2 takes them per call
 (`translate_batch`). Greedy is `beam_size=1`; CTranslate2's
-`min_decoding_length` defaults to 1 (ours: `min_length=0`); its scores are
-the sum of the tokens' log-probabilities, the end token's included, divided
-by `m ** length_penalty` (`m` the tokens without the end token;
-`length_penalty=1` by default, 0 gives our unpenalised score). Our beam
-search's GNMT penalty divides by `((5 + n) / 6) ** alpha` (`n` counting the
-end token): the two agree at alpha 0 only. Its beam search also takes a
-finished hypothesis out of the beam and refills it, where ours keeps it in
-its slot: the best hypotheses differ on a few rows (docs/serving.md has the
-measures). `return_attention` is our `alignments` (the last layer's heads
-averaged).
+`min_decoding_length` defaults to 1 (ours: `min_length=0`). Its beam search
+is our `method="refilling_beam"` (`RefillingBeamSearch`): a finished
+hypothesis leaves the beam for a pool and the beam is refilled, with the
+same stopping rule; `beam_size`, `num_hypotheses`, `length_penalty`,
+`coverage_penalty` are `beam_width`, `num_hypotheses`, `length_penalty_weight`
+and `coverage_penalty_weight`, and the two return the same n-best lists and
+scores (`log P / n ** alpha`, `n` counting the end token, which CTranslate2's
+translator scores and then drops from the tokens; with a coverage penalty,
+for one source per call: docs/serving.md has why, and the measures). Our `method="beam"` keeps a finished hypothesis in its slot, as
+tfa did, and ranks by the GNMT penalty `((5 + n) / 6) ** alpha`: the best
+hypotheses differ on a few rows. `return_attention` is our `alignments`
+(the last layer's heads averaged).
 
 The position tables bound what the model takes: a source of at most as many
 tokens as the source table's rows, at most as many decoding steps as the
