@@ -588,7 +588,13 @@ def table(document):
         f"training run). Words/s is the median of {document['passes']} passes over {document['sample_words']} "
         f"test words ({document['batch_one_words']} at batch 1), each engine, precision and thread count in a "
         "fresh process. Not in this run: the LSTM model (its trained weights are not at hand), Keras int8 and "
-        "OpenVINO int8 (not offered: OpenVINO's IR is float32 here).",
+        "OpenVINO int8 (not offered: OpenVINO's IR is float32 here)."
+        + (
+            " The cores were shared (load average at least the core count), so 2 threads measure contention "
+            "more than scaling."
+            if min(document["load_average_start"][0], document["load_average_end"][0]) >= machine["cores"]
+            else ""
+        ),
         "",
         "| engine | precision | threads | batch | " + " | ".join(f"beam {w} words/s" for w in widths) + " |",
         "|---|---|---:|---:|" + "---:|" * len(widths),
@@ -682,12 +688,14 @@ def _goal_lines(document):
         )
     profile = document.get("onnxruntime_profile")
     if profile:
-        shares = ", ".join(f"{op} {share:.0%}" for op, share in list(profile["by_operator"].items())[:5])
+        ranked = sorted(profile["by_operator"].items(), key=lambda item: -item[1])[:5]
+        shares = ", ".join(f"{op} {share:.0%}" for op, share in ranked)
         parts.append(
             f"Where onnxruntime's time goes in that cell (its profiler, one pass): the operators' kernels are "
             f"{profile['kernels_share']:.0%} of the run time, matrix products {profile['matmul_share']:.0%}, over "
-            f"{profile['kernel_calls_per_run']:,} kernel calls per call of the model; the rest is the decode "
-            f"loop's own overhead between kernels. By operator: {shares}."
+            f"{profile['kernel_calls_per_run']:,} kernel calls per call of the model (the decode loop's steps); "
+            f"the rest is onnxruntime's own work between kernels. By operator: {shares}; the loop holds "
+            f"{profile['control_flow_share'].get('Loop', 0):.0%} of the time."
         )
     return "\n\n".join(parts)
 
