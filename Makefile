@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= auto
 PYTEST := -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: demo test test-jax test-torch lint docs chromium tour bench g2p g2p-large gpu-check venv clean
+.PHONY: demo test test-jax test-torch lint docs chromium tour bench g2p g2p-large g2p-engines gpu-check venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -126,6 +126,18 @@ g2p-large: $(VENV)/.installed-g2p
 	$(BIN)/python -m examples.g2p.train cmudict --ensemble 1 --epochs 16 --no-peer --no-export \
 	    --out runs/g2p_cmudict_big --results results/g2p_cmudict_large.json
 	$(BIN)/python -m examples.g2p.report
+
+# One CMUdict Transformer served by every engine side by side (Keras,
+# onnxruntime, CTranslate2, LiteRT, OpenVINO, and Phonetisaurus): the table
+# of docs/serving.md, regenerated from results/g2p_engines.json. About 30
+# minutes to train and 30 to measure on 2 CPU cores.
+g2p-engines: $(VENV)/.installed-g2p,ctranslate2,litert,openvino
+	$(BIN)/python -m examples.g2p.train cmudict --architecture transformer --model-dim 128 --layers 3 --heads 4 \
+	    --ff-dim 512 --dropout 0.1 --ensemble 1 --jobs 1 --batch-size 128 --learning-rate 0.002 \
+	    --warmup-steps 800 --epochs 14 --max-minutes 30 --patience 14 --out runs/tf_d128
+	$(BIN)/python -m examples.g2p.engines runs/tf_d128 --sample 256 --batch-one-sample 32 --wer-words 1000 \
+	    --results results/g2p_engines.json
+	$(BIN)/python -m examples.g2p.engines --report
 
 # A quick tour: one small model per attention layer, with heat-maps.
 tour: $(VENV)/.installed-onnx,plot
