@@ -22,7 +22,7 @@ from keras_attention._reductions import first_top_k
 from keras_attention.decoding import _loop
 from keras_attention.decoding.beam_steps import coverage_penalty, length_penalty
 from keras_attention.decoding.beams import gather_beams, reorder_beams, tile_batch, write_step
-from keras_attention.decoding.strategies import BeamSearch, SearchStrategy, register
+from keras_attention.decoding.strategies import BeamSearch, SearchStrategy, _BeamFields, register
 
 __all__ = ["LENGTH_PENALTY_FORMS", "RefillingBeamSearch", "hypothesis_scores", "refilling_beam_search"]
 
@@ -279,7 +279,7 @@ def check_length_penalty_form(owner, value):
 
 
 @register("refilling_beam")
-class RefillingBeamSearch(SearchStrategy):
+class RefillingBeamSearch(_BeamFields, SearchStrategy):
     """Beam search that moves finished hypotheses to a pool and refills the beam: CTranslate2's search.
 
     CTranslate2's `BeamSearch::search` (src/decoding.cc), step for step;
@@ -350,28 +350,8 @@ class RefillingBeamSearch(SearchStrategy):
         length_penalty_form="average",
         num_hypotheses=None,
     ):
-        owner = type(self).__name__
-        self.beam_width = _checks.check_positive_int(owner, "beam_width", beam_width)
-        self.length_penalty_weight = _checks.check_number(
-            owner, "length_penalty_weight", length_penalty_weight, minimum=0
-        )
-        self.coverage_penalty_weight = _checks.check_number(
-            owner, "coverage_penalty_weight", coverage_penalty_weight, minimum=0
-        )
-        self.length_penalty_form = check_length_penalty_form(owner, length_penalty_form)
-        self.num_hypotheses = _checks.check_positive_int(owner, "num_hypotheses", num_hypotheses, allow_none=True)
-        if self.num_hypotheses is not None and self.num_hypotheses > self.beam_width:
-            raise ValueError(
-                f"{owner}: `num_hypotheses` must be at most `beam_width` {self.beam_width}; got {num_hypotheses!r}."
-            )
-
-    @property
-    def beams(self):
-        return self.beam_width
-
-    @property
-    def hypotheses(self):
-        return self.num_hypotheses or self.beam_width
+        self._check_beam_fields(beam_width, length_penalty_weight, coverage_penalty_weight, num_hypotheses)
+        self.length_penalty_form = check_length_penalty_form(type(self).__name__, length_penalty_form)
 
     def get_config(self):
         return {

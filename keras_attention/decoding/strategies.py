@@ -165,8 +165,36 @@ class SamplingSearch(SearchStrategy):
         return sampling_search(step_fn, initial_state, **values, **common)
 
 
+class _BeamFields:
+    """What every beam strategy checks and answers: its width, its two
+    penalties' weights and how many hypotheses it returns."""
+
+    def _check_beam_fields(self, beam_width, length_penalty_weight, coverage_penalty_weight, num_hypotheses):
+        owner = type(self).__name__
+        self.beam_width = _checks.check_positive_int(owner, "beam_width", beam_width)
+        self.length_penalty_weight = _checks.check_number(
+            owner, "length_penalty_weight", length_penalty_weight, minimum=0
+        )
+        self.coverage_penalty_weight = _checks.check_number(
+            owner, "coverage_penalty_weight", coverage_penalty_weight, minimum=0
+        )
+        self.num_hypotheses = _checks.check_positive_int(owner, "num_hypotheses", num_hypotheses, allow_none=True)
+        if self.num_hypotheses is not None and self.num_hypotheses > self.beam_width:
+            raise ValueError(
+                f"{owner}: `num_hypotheses` must be at most `beam_width` {self.beam_width}; got {num_hypotheses!r}."
+            )
+
+    @property
+    def beams(self):
+        return self.beam_width
+
+    @property
+    def hypotheses(self):
+        return self.num_hypotheses or self.beam_width
+
+
 @register("beam")
-class BeamSearch(SearchStrategy):
+class BeamSearch(_BeamFields, SearchStrategy):
     """Beam search with GNMT penalties, returning the best `num_hypotheses` (see `beam_search`).
 
     Example:
@@ -196,29 +224,10 @@ class BeamSearch(SearchStrategy):
         num_hypotheses=None,
     ):
         owner = type(self).__name__
-        self.beam_width = _checks.check_positive_int(owner, "beam_width", beam_width)
-        self.length_penalty_weight = _checks.check_number(
-            owner, "length_penalty_weight", length_penalty_weight, minimum=0
-        )
-        self.coverage_penalty_weight = _checks.check_number(
-            owner, "coverage_penalty_weight", coverage_penalty_weight, minimum=0
-        )
+        self._check_beam_fields(beam_width, length_penalty_weight, coverage_penalty_weight, num_hypotheses)
         self.early_stopping = _checks.check_bool(owner, "early_stopping", early_stopping)
         _checks.check_choice(owner, "length_convention", length_convention, LENGTH_CONVENTIONS)
         self.length_convention = length_convention
-        self.num_hypotheses = _checks.check_positive_int(owner, "num_hypotheses", num_hypotheses, allow_none=True)
-        if self.num_hypotheses is not None and self.num_hypotheses > self.beam_width:
-            raise ValueError(
-                f"{owner}: `num_hypotheses` must be at most `beam_width` {self.beam_width}; got {num_hypotheses!r}."
-            )
-
-    @property
-    def beams(self):
-        return self.beam_width
-
-    @property
-    def hypotheses(self):
-        return self.num_hypotheses or self.beam_width
 
     def get_config(self):
         return {
