@@ -743,8 +743,9 @@ def main(argv=None):
     if args.results:
         path = Path(args.results)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.with_suffix(".tmp").write_text(json.dumps(document, indent=1, sort_keys=True))
-        os.replace(path.with_suffix(".tmp"), path)
+        from keras_attention.g2p.train_command import write_json  # at the end: the measuring processes are done
+
+        write_json(path, document)
         print(f"wrote {path}")
     return document
 

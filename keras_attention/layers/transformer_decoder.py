@@ -9,20 +9,25 @@ from keras_attention.layers.transformer_block import TransformerBlock, Transform
 __all__ = ["TransformerDecoderLayer", "TransformerDecoderStack"]
 
 
-def _write_position(cache, time, values):
+def _position_rows(cache, time):
+    """The `(N * H, 2)` indices `(row, time)` of a cache `(N, H, L, k)`'s
+    `(N * H, L, k)` view: one step's writes, the same for its keys and values."""
+    count = ops.shape(cache)[0] * ops.shape(cache)[1]
+    position = ops.zeros((count,), "int32") + ops.cast(time, "int32")
+    return ops.stack([ops.arange(count, dtype="int32"), position], axis=1)
+
+
+def _write_position(cache, rows, values):
     """`cache[:, :, time] = values` for a cache `(N, H, L, k)` laid out by
-    head and values `(N, H, k)`: a scatter of one row per example and head
-    into the `(N * H, L, k)` view, the cache's shape fixed. `slice_update`
+    head and values `(N, H, k)`: a scatter at `rows` (`_position_rows`) into
+    the `(N * H, L, k)` view, the cache's shape fixed. `slice_update`
     inside a loop does not convert to ONNX (a scatter becomes ScatterND),
     and a masked `where` over the whole cache, which does, rewrote all of it
     at every step: a third of a cached greedy step under XLA on a CPU (d
     256, 3 layers, batch 64, length 32)."""
     shape = ops.shape(cache)
-    rows = ops.reshape(cache, (-1, shape[2], shape[3]))
-    count = ops.shape(rows)[0]
-    position = ops.zeros((count,), "int32") + ops.cast(time, "int32")
-    indices = ops.stack([ops.arange(count, dtype="int32"), position], axis=1)
-    written = ops.scatter_update(rows, indices, ops.reshape(values, (-1, shape[3])))
+    flat = ops.reshape(cache, (-1, shape[2], shape[3]))
+    written = ops.scatter_update(flat, rows, ops.reshape(values, (-1, shape[3])))
     return ops.reshape(written, shape)
 
 
@@ -149,8 +154,9 @@ class TransformerDecoderLayer(TransformerBlock):
         def self_sublayer(h):
             query = self._rotate(attention.project_query(h), time)
             key = self._rotate(attention.project_key(h), time)
-            keys = _write_position(key_cache, time, ops.squeeze(key, 1))
-            values = _write_position(value_cache, time, ops.squeeze(attention.project_value(h), 1))
+            rows = _position_rows(key_cache, time)
+            keys = _write_position(key_cache, rows, ops.squeeze(key, 1))
+            values = _write_position(value_cache, rows, ops.squeeze(attention.project_value(h), 1))
             output, _ = attention.attend_heads(query, keys, values, _step_self_mask(keys, time), training=training)
             return output, (keys, values)
 
