@@ -25,7 +25,6 @@ Run by examples/translate_dates.py (`--distribute multiworker`) and by the
 tests (tests/distributed_runs.py). TensorFlow only: this is its strategy.
 """
 
-import json
 import os
 import shutil
 
@@ -40,22 +39,6 @@ def task(strategy):
     # The chief: a "chief" task if the cluster has one, else worker 0 (TF's convention).
     has_chief = "chief" in resolver.cluster_spec().as_dict()
     return index, kind in (None, "chief") or (kind == "worker" and index == 0 and not has_chief)
-
-
-def cluster_or_error():
-    """`TF_CONFIG`'s cluster, or a ValueError saying what is missing."""
-    text = os.environ.get("TF_CONFIG")
-    if not text:
-        raise ValueError(
-            "expected TF_CONFIG in the environment naming the cluster and this worker, e.g. "
-            '\'{"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": {"type": "worker", "index": 0}}\'; '
-            "got none"
-        )
-    try:
-        config = json.loads(text)
-        return config["cluster"], config["task"]
-    except (ValueError, KeyError, TypeError):
-        raise ValueError(f"expected TF_CONFIG to be JSON with 'cluster' and 'task'; got {text!r}") from None
 
 
 def train(strategy, model, optimizer, loss_fn, batch_at, steps, backup, save_every=1, on_step=None):

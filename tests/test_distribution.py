@@ -190,9 +190,9 @@ def free_ports(count):
 
 
 @contextlib.contextmanager
-def two_workers(logs, *arguments):
+def two_workers(logs, *arguments, module="tests.distributed_runs"):
     """Two worker processes of a cluster on free localhost ports, each running `python -m
-    tests.distributed_runs multi_worker lstm ARGUMENTS` with its output in `logs`/worker_<i>.out
+    MODULE ARGUMENTS` (by default `tests.distributed_runs`) with its output in logs/worker_<i>.out
     and .err; the processes left running are killed on the way out, whatever happened."""
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
     processes, files = [], []
@@ -205,7 +205,7 @@ def two_workers(logs, *arguments):
                 "TF_CPP_MIN_LOG_LEVEL": "3",
                 "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
             }
-            command = [sys.executable, "-m", "tests.distributed_runs", "multi_worker", "lstm", *map(str, arguments)]
+            command = [sys.executable, "-m", module, *map(str, arguments)]
             processes.append(subprocess.Popen(command, cwd=ROOT, env=environment, stdout=files[-2], stderr=files[-1]))
         yield processes
     finally:
@@ -232,7 +232,7 @@ def worker_reports(processes, logs, timeout=300):
 def test_two_worker_processes_train_like_one_device(tmp_path):
     """`MultiWorkerMirroredStrategy` with two worker processes on localhost (`TF_CONFIG`), each
     training on its half of every global batch: both end with one device's losses and weights."""
-    with two_workers(tmp_path) as workers:
+    with two_workers(tmp_path, "multi_worker", "lstm") as workers:
         reports = worker_reports(workers, tmp_path)
     for report in reports:
         assert report["first_step"] == 0 and not report["resumed"]
@@ -255,7 +255,7 @@ def test_a_killed_worker_resumes_from_the_last_backup_and_ends_as_an_uninterrupt
     backup, killed_logs, resumed_logs = tmp_path / "backup", tmp_path / "killed", tmp_path / "resumed"
     killed_logs.mkdir(), resumed_logs.mkdir()
     signal = tmp_path / "worker_1_passed_the_step"
-    options = ("--steps", STEPS, "--backup", backup, "--save-every", SAVE_EVERY)
+    options = ("multi_worker", "lstm", "--steps", STEPS, "--backup", backup, "--save-every", SAVE_EVERY)
     with two_workers(killed_logs, *options, "--stop-after", KILLED_AFTER, "--signal", signal) as workers:
         deadline = time.monotonic() + 120
         while not signal.exists():
