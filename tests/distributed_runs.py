@@ -173,7 +173,7 @@ def tensorflow_multi_worker(kind, steps=BATCHES, backup=None, save_every=None, s
     beside one device in this process training on the whole batches.
 
     `backup`: the directory the workers back up to and resume from (default: a new one, so
-    nothing to resume), every `save_every` steps (default: at the end). With `stop_after`,
+    nothing to resume, deleted at the end), every `save_every` steps (default: at the end). With `stop_after`,
     worker 1 writes the file `signal` once it has run that step, then waits to be killed: the
     test kills it there (its peer then waits in the next step's all-reduce), and the one-device
     run is left out. Each step prints a JSON line (step, loss) as it ends."""
@@ -187,7 +187,9 @@ def tensorflow_multi_worker(kind, steps=BATCHES, backup=None, save_every=None, s
     workers = strategy.num_replicas_in_sync
     task, _ = multi_worker.task(strategy)
     batches = data(count=steps)
-    backup = backup or tempfile.mkdtemp(prefix="multi_worker_backup_")
+    if backup is None:
+        with tempfile.TemporaryDirectory(prefix="multi_worker_backup_") as backup:
+            return tensorflow_multi_worker(kind, steps, backup, save_every, stop_after, signal)
     resuming = tf.train.latest_checkpoint(backup) is not None
     with strategy.scope():
         distributed, _ = build(kind, seed=1)

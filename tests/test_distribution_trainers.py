@@ -9,6 +9,7 @@ import json
 import pytest
 
 from examples import common
+from keras_attention.g2p import distribute
 from tests import examples
 from tests.test_distribution import two_workers
 from tests.test_g2p_tool import error_lines, fifty_words, g2p, g2p_here
@@ -148,3 +149,13 @@ def test_the_g2p_trainer_refuses_what_it_cannot_run_in_one_line(value, message, 
     assert completed.returncode == 2 and "Traceback" not in completed.stderr
     assert len(error_lines(completed)) == 1 and error_lines(completed)[0].startswith(message), completed.stderr
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("value", ["data", "multiworker"])
+def test_tf_distribute_is_refused_off_tensorflow(value):
+    """The trainers need TensorFlow; should one run on JAX, `tf.distribute` would not place its model."""
+    assert distribute.refusal(value, "jax", multiworker_loop=True, environ={"TF_CONFIG": TF_CONFIG}) == (
+        f"--distribute {value}: tf.distribute trains Keras models on the TensorFlow backend; "
+        "expected KERAS_BACKEND=tensorflow with it; got jax"
+    )
+    assert distribute.refusal("none", "jax") is None
