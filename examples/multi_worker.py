@@ -7,11 +7,12 @@ with `strategy.reduce`, which raises `ValueError: Attempt to convert a value
 goes `keras.callbacks.BackupAndRestore`. `train` is the loop TensorFlow's
 multi-worker guide writes instead: `strategy.run` steps, and a backup of the
 model's variables, the optimizer's and the step counter (`tf.train.Checkpoint`
-in a `tf.train.CheckpointManager`) every `save_every` steps. Every worker saves
-(the variables are the cluster's), the chief into the backup directory, the
-others into a temporary one they delete again; every worker restores the
-chief's latest backup when it starts, so a cluster restarted after losing a
-worker goes on from there.
+in a `tf.train.CheckpointManager`) every `save_every` steps. Every worker saves,
+as TensorFlow's multi-worker guide requires (a save may all-reduce variables
+synchronised on read), the chief into the backup directory, the others into
+a temporary one they delete again; every worker restores the chief's latest
+backup when it starts (the directory must be one they all read), so a
+cluster restarted after losing a worker goes on from there.
 
 What a step trains on is `batch_at(step, replica, replicas)`: global batch
 `step`'s share for one replica. Deciding the data by the step number makes a
@@ -60,8 +61,7 @@ def train(strategy, model, optimizer, loss_fn, batch_at, steps, backup, save_eve
     latest = tf.train.latest_checkpoint(backup)
     if latest:
         checkpoint.restore(latest).assert_existing_objects_matched()
-    # Only the chief's backup is kept; the others write theirs (they must
-    # write: saving reads the cluster's variables) where nobody restores from.
+    # Only the chief's backup is kept; the others write theirs where nobody restores from.
     directory = backup if chief else os.path.join(backup, f"worker_{index}_temporary")
     manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1)
     replicas = strategy.num_replicas_in_sync
