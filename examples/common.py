@@ -3,7 +3,10 @@
 Each example calls `parse_args` with its own defaults, `setup(args)` to get a
 distribution strategy (and the mixed-precision policy), builds and compiles
 its model inside `strategy.scope()`, trains with `callbacks(args)` (a killed
-run resumes where it stopped), and ends with `write_results`.
+run resumes where it stopped), and ends with `write_results`. `--distribute`
+is the G2P trainer's (keras_attention/g2p/distribute.py): none, data,
+multiworker (only an example with its own loop: translate_dates.py) or model
+(refused: Keras's model parallelism runs on JAX; the examples on TensorFlow).
 """
 
 import argparse
@@ -17,14 +20,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import tensorflow as tf
 
+from keras_attention.g2p import distribute
 
-def parse_args(description, argv=None, extra=None, **defaults):
+
+def parse_args(description, argv=None, extra=None, multiworker_loop=False, refuse=None, **defaults):
     """The options every example has; `defaults` sets the full-size values.
 
     `--smoke` switches to `smoke_*` defaults (seconds-long runs for the tests)
     for whatever the command line does not set; a default of None leaves the
     option None unless given (the example then picks a value per task).
-    `extra(parser)` adds an example's own options.
+    `extra(parser)` adds an example's own options. `multiworker_loop`: the
+    example trains without `fit` under `--distribute multiworker` (which
+    `fit` fails under); the others refuse that value. `refuse(args)`: why
+    the example cannot run these options together (one line), or None.
     """
     parser = argparse.ArgumentParser(description=description)
     if extra is not None:
@@ -35,17 +43,21 @@ def parse_args(description, argv=None, extra=None, **defaults):
     parser.add_argument("--seed", type=int, default=0, help="seed of the data and the weights")
     parser.add_argument("--out", default=defaults.get("out", "runs/example"), help="output directory")
     parser.add_argument("--smoke", action="store_true", help="a seconds-long run (used by the tests)")
-    parser.add_argument(
-        "--distribute",
-        # No "multiworker": Keras 3.15's fit fails under MultiWorkerMirroredStrategy
-        # (keras-team/keras#20585); docs/scaling-out.md shows the loop that works.
-        choices=("none", "mirrored"),
-        default="none",
-        help="none; mirrored: every local GPU (or two logical CPUs)",
-    )
+    parser.add_argument("--distribute", default="none", help=distribute.HELP)
     parser.add_argument("--mixed-precision", action="store_true", help="train in mixed_float16")
     parser.add_argument("--jit", action="store_true", help="compile training steps with XLA")
     args = parser.parse_args(argv)
+    refused = distribute.refusal(args.distribute, keras.backend.backend(), multiworker_loop)
+    if not refused and args.distribute == "multiworker":
+        given = [flag for flag, on in (("--mixed-precision", args.mixed_precision), ("--jit", args.jit)) if on]
+        if given:
+            refused = (
+                "--distribute multiworker: examples/multi_worker.py's loop has no loss scaling and no XLA; "
+                f"expected neither --mixed-precision nor --jit with it; got {' '.join(given)}"
+            )
+    refused = refused or (refuse(args) if refuse is not None else None)
+    if refused:
+        parser.error(refused)
     prefix = "smoke_" if args.smoke else ""
     for name in ("epochs", "batch_size", "samples"):
         if getattr(args, name) is None:
@@ -62,24 +74,15 @@ def _default(defaults, name):
 def setup(args):
     """Seeds, devices, precision and the distribution strategy for `args`."""
     keras.utils.set_random_seed(args.seed)
-    gpus = tf.config.list_physical_devices("GPU")
-    if args.distribute == "mirrored" and not gpus:
-        # Two logical CPUs let MirroredStrategy run (and be tested) without GPUs.
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
-        )
+    # Before anything touches a device: `data` may split the CPU in two.
+    strategy = distribute.strategy(args.distribute)
     if args.mixed_precision:
         keras.mixed_precision.set_global_policy("mixed_float16")
-    if args.distribute == "mirrored":
-        devices = [d.name for d in tf.config.list_logical_devices("GPU" if gpus else "CPU")]
-        strategy = tf.distribute.MirroredStrategy(devices)
-    else:
-        strategy = tf.distribute.get_strategy()
-    device = "GPU" if gpus else "CPU"
+    gpus = tf.config.list_physical_devices("GPU")
     print(
-        f"devices: {len(gpus)} GPU(s); training on {device} with {strategy.num_replicas_in_sync} replica(s); "
-        f"precision {keras.config.dtype_policy().name}; XLA {'on' if args.jit else 'off'}"
+        f"{distribute.describe(args.distribute, strategy)}; {len(gpus)} GPU(s); "
+        f"precision {keras.config.dtype_policy().name}; XLA {'on' if args.jit else 'off'}",
+        flush=True,
     )
     os.makedirs(args.out, exist_ok=True)
     return strategy

@@ -9,6 +9,14 @@ and with beam search, and reports exact-match accuracy on held-out dates.
 
     python -m examples.translate_dates [--epochs N] [--samples N] [--out DIR] [--smoke] ...
         [--scheduled-sampling P]   (train feeding back its own predictions, p rising to P)
+        [--distribute none|data|multiworker]
+
+With `--distribute multiworker` (one process a machine, `TF_CONFIG` naming the
+cluster) it trains with examples/multi_worker.py's loop instead of `fit`,
+which fails under that strategy: each step's batch decided by the step's
+number, a backup after every epoch in `OUT/multiworker_backup` (a directory
+every worker reads), so a cluster restarted after losing a worker resumes
+there. The chief (worker 0) then evaluates and writes the outputs.
 
 Numeric dates are read day first (3/4/15 is 3 April 2015) and two-digit years
 name 1950-2049, so every input has exactly one answer. The data is generated
@@ -23,7 +31,7 @@ import keras
 import numpy as np
 
 import keras_attention as ka
-from examples import common
+from examples import common, multi_worker
 from keras_attention.export.vocabulary import vocabulary_json
 from keras_attention.text import Vocabulary
 
@@ -199,10 +207,58 @@ def plot_examples(texts, predictions, alignments, out, count=4):
 # ------------------------------------------------------------------------ main
 
 
+def train_on_workers(args, strategy, trainer, train_source, train_in, train_out):
+    """`--distribute multiworker`: examples/multi_worker.py's loop over the rows `fit` would
+    train on (validation_split=0.05 keeps the last 5% out), `args.epochs` epochs of full
+    global batches. The batch of step `s` is read from a permutation of the rows seeded by
+    its epoch, so a resumed run trains on the batches the lost one would have. The mean
+    loss of each epoch's steps run here."""
+    rows = len(train_source) - int(0.05 * len(train_source))
+    steps_per_epoch = rows // args.batch_size
+    if steps_per_epoch < 1:
+        raise SystemExit(f"--batch-size: expected at most the {rows} training rows; got {args.batch_size}")
+    with strategy.scope():
+        optimizer = keras.optimizers.Adam(2e-3)
+        optimizer.build(trainer.trainable_variables)
+
+    def share(step, replica, replicas):
+        epoch, batch = divmod(step, steps_per_epoch)
+        order = np.random.default_rng([args.seed, epoch]).permutation(rows)
+        width = args.batch_size // replicas
+        taken = order[batch * args.batch_size + replica * width :][:width]
+        return [train_source[taken], train_in[taken]], train_out[taken]
+
+    losses = {}
+
+    def on_step(step, loss):
+        epoch = step // steps_per_epoch
+        losses.setdefault(epoch, []).append(loss)
+        if (step + 1) % steps_per_epoch == 0:
+            print(f"epoch {epoch + 1}/{args.epochs}: loss {np.mean(losses[epoch]):.4f}", flush=True)
+
+    def loss_fn(target, logits):
+        return keras.losses.sparse_categorical_crossentropy(target, logits, from_logits=True)
+
+    first, _ = multi_worker.train(
+        strategy,
+        trainer,
+        optimizer,
+        loss_fn,
+        share,
+        args.epochs * steps_per_epoch,
+        os.path.join(args.out, "multiworker_backup"),
+        save_every=steps_per_epoch,
+        on_step=on_step,
+    )
+    print(f"trained steps {first} to {args.epochs * steps_per_epoch} ({steps_per_epoch} an epoch)", flush=True)
+    return [float(np.mean(losses[epoch])) for epoch in sorted(losses)]
+
+
 def main(argv=None):
     args = common.parse_args(
         __doc__.splitlines()[0],
         argv,
+        multiworker_loop=True,
         epochs=12,
         batch_size=128,
         samples=30000,
@@ -210,6 +266,12 @@ def main(argv=None):
         smoke_epochs=1,
         smoke_samples=512,
         smoke_batch_size=64,
+        refuse=lambda args: (
+            "--scheduled-sampling: examples/multi_worker.py's loop trains without it; expected no "
+            f"--scheduled-sampling with --distribute multiworker; got {args.scheduled_sampling}"
+            if args.distribute == "multiworker" and args.scheduled_sampling is not None
+            else None
+        ),
         extra=lambda parser: parser.add_argument(
             "--scheduled-sampling",
             type=float,
@@ -218,7 +280,13 @@ def main(argv=None):
             help="train with scheduled sampling, the probability rising linearly from 0 to P over the training",
         ),
     )
+    multiworker = args.distribute == "multiworker"
     strategy = common.setup(args)
+    if multiworker and args.batch_size % strategy.num_replicas_in_sync:
+        raise SystemExit(
+            f"--batch-size: expected a multiple of the {strategy.num_replicas_in_sync} replicas (equal shares "
+            f"under --distribute multiworker); got {args.batch_size}"
+        )
     rng = np.random.default_rng(args.seed)
     test_size = 200 if args.smoke else 2000
     test = make_dates(test_size, np.random.default_rng(10_000 + args.seed))
@@ -242,15 +310,29 @@ def main(argv=None):
         )
     trainer.summary()
     with common.Timer() as training:
-        history = trainer.fit(
-            [train_source, train_in],
-            train_out,
-            batch_size=args.batch_size,
-            epochs=args.epochs,
-            validation_split=0.05,
-            callbacks=common.callbacks(args),
-            verbose=2 if args.smoke else "auto",
-        )
+        if multiworker:
+            epoch_losses = train_on_workers(args, strategy, trainer, train_source, train_in, train_out)
+        else:
+            history = trainer.fit(
+                [train_source, train_in],
+                train_out,
+                batch_size=args.batch_size,
+                epochs=args.epochs,
+                validation_split=0.05,
+                callbacks=common.callbacks(args),
+                verbose=2 if args.smoke else "auto",
+            )
+            epoch_losses = history.history["loss"]
+    if multiworker:
+        worker, chief = multi_worker.task(strategy)
+        if not chief:
+            print(f"worker {worker}: trained; the chief evaluates and writes the outputs")
+            return {"worker": worker, "final_loss": epoch_losses[-1], "replicas": strategy.num_replicas_in_sync}
+        # The cluster's models gather across the workers in predict; the chief goes on alone
+        # with the trained weights in models of its own.
+        weights = trainer.get_weights()
+        trainer, greedy, beam = build_models(sampling_probability=schedule)
+        trainer.set_weights(weights)
     trainer.save(os.path.join(args.out, "dates_trainer.keras"))
     greedy.save(os.path.join(args.out, "dates_greedy.keras"))
     beam.save(os.path.join(args.out, "dates_beam.keras"))
@@ -291,7 +373,7 @@ def main(argv=None):
         "greedy_exact_match": greedy_accuracy,
         "beam_exact_match": beam_accuracy,
         "greedy_character_accuracy": character_accuracy,
-        "final_loss": float(history.history["loss"][-1]),
+        "final_loss": float(epoch_losses[-1]),
         "scheduled_sampling": args.scheduled_sampling,
         "train_seconds": training.seconds,
         "greedy_decode_seconds": greedy_time.seconds,

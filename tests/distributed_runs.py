@@ -17,6 +17,7 @@ values the tests compare. The models are tiny: the suite's cores are shared.
 import json
 import os
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -33,11 +34,11 @@ BATCH, SOURCE_LENGTH, TARGET_LENGTH, BATCHES = 8, 7, 6, 3
 MODELS = ("lstm", "transformer")
 
 
-def data(seed=0):
-    """`BATCHES` batches of (source with padding, target in, target out)."""
+def data(seed=0, count=BATCHES):
+    """`count` batches of (source with padding, target in, target out)."""
     rng = np.random.default_rng(seed)
     batches = []
-    for _ in range(BATCHES):
+    for _ in range(count):
         source = rng.integers(3, V, (BATCH, SOURCE_LENGTH)).astype("int32")
         lengths = rng.integers(3, SOURCE_LENGTH + 1, BATCH)
         source[np.arange(SOURCE_LENGTH)[None, :] >= lengths[:, None]] = 0
@@ -165,51 +166,69 @@ def tensorflow_data_parallel(kind):
     return data_parallel_run(kind, strategy.scope, strategy.num_replicas_in_sync)
 
 
-def tensorflow_multi_worker(kind):
+def tensorflow_multi_worker(kind, steps=BATCHES, backup=None, save_every=None, stop_after=None, signal=None):
     """`tf.distribute.MultiWorkerMirroredStrategy`, this process one worker of `TF_CONFIG`'s
-    cluster, training on its share of each global batch, beside one device in this process
-    training on the whole batches. A loop of `strategy.run` steps: Keras 3.15's `fit` and
-    `train_on_batch` fail under this strategy (keras-team/keras#20585)."""
+    cluster, training with examples/multi_worker.py's loop on its share of global batch `step`
+    for each step (Keras 3.15's `fit` fails under this strategy, keras-team/keras#20585),
+    beside one device in this process training on the whole batches.
+
+    `backup`: the directory the workers back up to and resume from (default: a new one, so
+    nothing to resume, deleted at the end), every `save_every` steps (default: at the end). With `stop_after`,
+    worker 1 writes the file `signal` once it has run that step, then waits to be killed: the
+    test kills it there (its peer then waits in the next step's all-reduce), and the one-device
+    run is left out. Each step prints a JSON line (step, loss) as it ends."""
+    import tempfile
+
     import tensorflow as tf
+
+    from examples import multi_worker
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     workers = strategy.num_replicas_in_sync
-    task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-    batches = data()
-    reference, _ = build(kind)
-    start = random_weights(reference, kind)
-    reference.set_weights(start)
-    compile_trainer(reference)
-    one = [float(reference.train_on_batch(list(batch[:2]), batch[2])) for batch in batches]
+    task, _ = multi_worker.task(strategy)
+    batches = data(count=steps)
+    if backup is None:
+        with tempfile.TemporaryDirectory(prefix="multi_worker_backup_") as backup:
+            return tensorflow_multi_worker(kind, steps, backup, save_every, stop_after, signal)
+    resuming = tf.train.latest_checkpoint(backup) is not None
     with strategy.scope():
-        distributed, _ = build(kind)
-        distributed.set_weights(start)
+        distributed, _ = build(kind, seed=1)
+        start = random_weights(distributed, kind)
+        if not resuming:
+            # A restarted program builds its model afresh (Keras's initial weights, seed 1) and
+            # takes the trained ones from the backup: only a restored model ends as the reference.
+            distributed.set_weights(start)
         optimizer = keras.optimizers.SGD(0.1)
         optimizer.build(distributed.trainable_variables)
+    report = {"replicas": workers, "task": task, "resumed": resuming}
+    if stop_after is None:
+        reference, _ = build(kind)
+        reference.set_weights(start)
+        compile_trainer(reference)
+        report["losses_one_device"] = [float(reference.train_on_batch(list(b[:2]), b[2])) for b in batches]
 
-    def replica_step(source, target_in, target_out):
-        with tf.GradientTape() as tape:
-            logits = distributed([source, target_in], training=True)
-            losses = keras.losses.sparse_categorical_crossentropy(target_out, logits, from_logits=True)
-            # The global batch's mean: the workers' shares are equal, their gradients summed.
-            loss = tf.reduce_mean(losses) / workers
-        gradients = tape.gradient(loss, distributed.trainable_variables)
-        optimizer.apply(gradients, distributed.trainable_variables)
-        return loss
+    def share(step, replica, replicas):
+        source, target_in, target_out = batches[step]
+        rows = slice(replica * BATCH // replicas, (replica + 1) * BATCH // replicas)
+        return [source[rows], target_in[rows]], target_out[rows]
 
-    @tf.function
-    def step(source, target_in, target_out):
-        return strategy.reduce("SUM", strategy.run(replica_step, args=(source, target_in, target_out)), axis=None)
+    def on_step(step, loss):
+        print(json.dumps({"step": step, "loss": loss}), flush=True)
+        if step == stop_after and task == 1:
+            with open(signal, "w") as file:
+                file.write(str(step))
+            time.sleep(600)  # until killed
 
-    share = slice(task * BATCH // workers, (task + 1) * BATCH // workers)
-    many = [float(step(b[0][share], b[1][share], b[2][share])) for b in batches]
-    return {
-        "replicas": workers,
-        "task": task,
-        "losses_one_device": one,
-        "losses_distributed": many,
-        **_weights_compared(reference, distributed, start),
-    }
+    def loss(target, logits):
+        return keras.losses.sparse_categorical_crossentropy(target, logits, from_logits=True)
+
+    first, losses = multi_worker.train(
+        strategy, distributed, optimizer, loss, share, steps, backup, save_every or steps, on_step
+    )
+    report.update({"first_step": first, "losses_distributed": losses})
+    if stop_after is None:
+        report.update(_weights_compared(reference, distributed, start))
+    return report
 
 
 def jax_data_parallel(kind):
@@ -294,9 +313,17 @@ RUNS = {
 
 
 def main(argv):
-    """`CHECK[,CHECK...] MODEL`: one JSON line per check, in order (several checks share one
-    process's start-up; each builds its own models, in its own distribution scope)."""
+    """`CHECK[,CHECK...] MODEL [--option VALUE ...]`: one JSON line per check, in order (several
+    checks share one process's start-up; each builds its own models, in its own distribution
+    scope). The options go to each check as keyword arguments (`--save-every 2`: save_every=2;
+    a value that reads as an integer is one)."""
     checks, kind = argv[0].split(","), argv[1]
+    if len(argv[2:]) % 2 or not all(name.startswith("--") for name in argv[2::2]):
+        raise SystemExit(f"distributed_runs: expected --option VALUE pairs after the model; got {argv[2:]}")
+    options = {
+        name[2:].replace("-", "_"): int(value) if value.lstrip("-").isdigit() else value
+        for name, value in zip(argv[2::2], argv[3::2], strict=True)
+    }
     backend = keras.backend.backend()
     for check in checks:
         if (check, backend) not in RUNS or kind not in MODELS:
@@ -305,7 +332,7 @@ def main(argv):
                 f"runs: {sorted(RUNS)}, models: {MODELS}"
             )
     for check in checks:
-        report = RUNS[check, backend](kind)
+        report = RUNS[check, backend](kind, **options)
         print(json.dumps({"backend": backend, "check": check, "model": kind, "report": report}), flush=True)
 
 

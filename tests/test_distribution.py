@@ -5,14 +5,17 @@ library's `LayoutMap` splits exactly the weights it documents; docs/scaling-out.
 names these tests (the JAX runs: tests/test_distribution_jax.py)."""
 
 import ast
+import contextlib
 import inspect
 import json
 import os
 import re
+import signal as signal_module
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import keras
@@ -186,39 +189,110 @@ def free_ports(count):
     return ports
 
 
-def test_two_worker_processes_train_like_one_device():
-    """`MultiWorkerMirroredStrategy` with two worker processes on localhost (`TF_CONFIG`), each
-    training on its half of every global batch: both end with one device's losses and weights."""
+@contextlib.contextmanager
+def two_workers(logs, *arguments, module="tests.distributed_runs"):
+    """Two worker processes of a cluster on free localhost ports, each running `python -m
+    MODULE ARGUMENTS` (by default `tests.distributed_runs`) with its output in logs/worker_<i>.out
+    and .err; the processes left running are killed on the way out, whatever happened."""
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.distributed_runs", "multi_worker", "lstm"],
-            cwd=ROOT,
-            env={
+    processes, files = [], []
+    try:
+        for index in range(2):
+            files += [open(logs / f"worker_{index}.out", "w"), open(logs / f"worker_{index}.err", "w")]
+            environment = {
                 **os.environ,
                 "KERAS_BACKEND": "tensorflow",
                 "TF_CPP_MIN_LOG_LEVEL": "3",
                 "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
-            },
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for index in range(2)
-    ]
-    reports = []
-    try:
-        for worker in workers:
-            out, err = worker.communicate(timeout=600)
-            assert worker.returncode == 0, err[-4000:]
-            reports.append(json.loads(out.strip().splitlines()[-1])["report"])
+            }
+            command = [sys.executable, "-m", module, *map(str, arguments)]
+            processes.append(subprocess.Popen(command, cwd=ROOT, env=environment, stdout=files[-2], stderr=files[-1]))
+        yield processes
     finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+        for process in processes:
+            process.wait(timeout=60)
+        for file in files:
+            file.close()
+
+
+def worker_reports(processes, logs, timeout=300):
+    """Each worker's JSON report, once both have finished (their output's last line)."""
+    reports = []
+    for index, process in enumerate(processes):
+        returncode = process.wait(timeout=timeout)
+        assert returncode == 0, (logs / f"worker_{index}.err").read_text()[-4000:]
+        reports.append(json.loads((logs / f"worker_{index}.out").read_text().strip().splitlines()[-1])["report"])
     assert [report["task"] for report in reports] == [0, 1]
+    return reports
+
+
+def test_two_worker_processes_train_like_one_device(tmp_path):
+    """`MultiWorkerMirroredStrategy` with two worker processes on localhost (`TF_CONFIG`), each
+    training on its half of every global batch: both end with one device's losses and weights."""
+    with two_workers(tmp_path, "multi_worker", "lstm") as workers:
+        reports = worker_reports(workers, tmp_path)
     for report in reports:
+        assert report["first_step"] == 0 and not report["resumed"]
         assert_trains_like_one_device(report, replicas=2)
+
+
+# Steps 0..7, a backup after every second (after steps 1, 3, 5, 7); worker 1 is killed after
+# step 4, before a backup, while worker 0 waits for it in step 5: the cluster restarts from the
+# backup taken after step 3 and runs steps 4..7 again.
+STEPS, SAVE_EVERY, KILLED_AFTER, RESUMED_AT = 8, 2, 4, 4
+
+
+def test_a_killed_worker_resumes_from_the_last_backup_and_ends_as_an_uninterrupted_run(tmp_path):
+    """Two workers train with examples/multi_worker.py's loop, backing up every second step;
+    worker 1 is killed (SIGKILL) mid-run and both are restarted, as a cluster manager would.
+    The data of a step is decided by its number, so the restarted cluster resumes from the
+    last backup and ends with the weights of an uninterrupted run (one device over the same
+    batches, which the test above shows to be the two workers' result) to 1e-5, its losses
+    continuing the killed run's."""
+    backup, killed_logs, resumed_logs = tmp_path / "backup", tmp_path / "killed", tmp_path / "resumed"
+    killed_logs.mkdir(), resumed_logs.mkdir()
+    signal = tmp_path / "worker_1_passed_the_step"
+    options = ("multi_worker", "lstm", "--steps", STEPS, "--backup", backup, "--save-every", SAVE_EVERY)
+    with two_workers(killed_logs, *options, "--stop-after", KILLED_AFTER, "--signal", signal) as workers:
+        deadline = time.monotonic() + 120
+        while not signal.exists():
+            for index, worker in enumerate(workers):
+                assert worker.poll() is None, (killed_logs / f"worker_{index}.err").read_text()[-4000:]
+            assert time.monotonic() < deadline, "worker 1 never reached the step"
+            time.sleep(0.2)
+        workers[1].send_signal(signal_module.SIGKILL)
+        assert workers[1].wait(timeout=30) == -signal_module.SIGKILL
+        # Worker 0 waits for its lost peer in step 5's all-reduce: the cluster manager stops it.
+        assert workers[0].poll() is None
+    # The chief's backup after step 3, and no worker's temporary one.
+    assert sorted(path.name for path in backup.iterdir()) == [
+        "checkpoint",
+        f"ckpt-{RESUMED_AT}.data-00000-of-00001",
+        f"ckpt-{RESUMED_AT}.index",
+    ]
+    killed = [json.loads(line) for line in (killed_logs / "worker_1.out").read_text().splitlines()]
+    assert [line["step"] for line in killed] == list(range(KILLED_AFTER + 1))
+
+    with two_workers(resumed_logs, *options) as workers:
+        reports = worker_reports(workers, resumed_logs)
+    for report in reports:
+        assert report["resumed"] and report["first_step"] == RESUMED_AT
+        one, resumed = report["losses_one_device"], report["losses_distributed"]
+        assert len(one) == STEPS and len(resumed) == STEPS - RESUMED_AT
+        # The loss curve: the killed run's steps, then the resumed run's, are one device's.
+        np.testing.assert_allclose([line["loss"] for line in killed], one[: KILLED_AFTER + 1], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(resumed, one[RESUMED_AT:], rtol=0, atol=1e-5)
+        # The restarted workers built their models with other weights: only the restored ones end here.
+        assert report["weight_difference"] <= 1e-5
+        assert report["trained_distance"] > 1e-2
+    assert sorted(path.name for path in backup.iterdir()) == [
+        "checkpoint",
+        f"ckpt-{STEPS}.data-00000-of-00001",
+        f"ckpt-{STEPS}.index",
+    ]
 
 
 # ------------------------------------------------------------- the docs page

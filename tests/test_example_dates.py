@@ -1,4 +1,5 @@
-"""The main example, examples/translate_dates.py, at smoke size (and under MirroredStrategy)."""
+"""The main example, examples/translate_dates.py, at smoke size (and under MirroredStrategy: `--distribute data`;
+with two workers: tests/test_distribution_trainers.py)."""
 
 import json
 
@@ -29,12 +30,21 @@ def smoke_runs(tmp_path_factory):
     return run
 
 
-@pytest.mark.parametrize("distribute", ["none", "mirrored"])
+# What each run says it trains on: no strategy on the CPU, or MirroredStrategy over its two logical halves.
+DEVICES = {
+    "none": "distribute: none (no strategy), 1 replica(s) in sync: /device:CPU:0; 0 GPU(s)",
+    "data": "distribute: data (tf.distribute.MirroredStrategy), 2 replica(s) in sync: "
+    "/job:localhost/replica:0/task:0/device:CPU:0, /job:localhost/replica:0/task:0/device:CPU:1; 0 GPU(s)",
+}
+
+
+@pytest.mark.parametrize("distribute", ["none", "data"])
 def test_smoke_run_writes_its_outputs(distribute, smoke_runs):
     tmp_path, results, stdout = smoke_runs(distribute)
+    assert DEVICES[distribute] in stdout
     for key in ("greedy_exact_match", "beam_exact_match", "greedy_character_accuracy"):
         assert 0.0 <= results[key] <= 1.0, key
-    assert results["final_loss"] > 0 and results["replicas"] == (2 if distribute == "mirrored" else 1)
+    assert results["final_loss"] > 0 and results["replicas"] == (2 if distribute == "data" else 1)
     # Chance is 1/13 per character; one smoke epoch learns at least the fixed
     # dashes (measured: 0.20).
     assert results["greedy_character_accuracy"] > 0.12

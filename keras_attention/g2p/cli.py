@@ -3,7 +3,7 @@
     keras-attention-g2p train --lexicon FILE [--dev FILE] [--test FILE] --out DIR [--minutes M]
                               [--compare-phonetisaurus] [--architecture lstm|transformer]
                               [--layers N] [--heads N] [--model-dim D] [--ff-dim F] [--dropout P]
-                              [--warmup-steps N]
+                              [--warmup-steps N] [--distribute none|data]
     keras-attention-g2p apply --model DIR (WORDS... | --words FILE) [--nbest N] [--beam K]
     keras-attention-g2p evaluate --model DIR --test FILE
 
@@ -14,7 +14,9 @@ lexicon line as `error: FILE:LINE: ...`), never a traceback. `apply` prints
 is the search's log-probability); a word with a letter the model never saw
 is not pronounced but named on stderr. `--architecture transformer` trains
 Transformer models (transformer_model.py) sized by the rule for the lexicon
-(settings.py); the size knobs override the rule's choice.
+(settings.py); the size knobs override the rule's choice. `--distribute data`
+trains under `tf.distribute.MirroredStrategy` (distribute.py; `model` and
+`multiworker` are refused in one line).
 """
 
 import argparse
@@ -23,6 +25,7 @@ import os
 import sys
 from pathlib import Path
 
+from keras_attention.g2p import distribute
 from keras_attention.g2p import lexicon as lexicons
 from keras_attention.g2p import settings as rule
 
@@ -66,6 +69,7 @@ KNOBS = {
     "--ff-dim": ("ff_dim", "model", _positive(int), "Transformer: the feed-forward layers' hidden size"),
     "--dropout": ("dropout", "model", _fraction, "dropout rate, in [0, 1) (both architectures)"),
     "--warmup-steps": ("warmup_steps", "training", _positive(int), "updates of learning-rate warm-up"),
+    "--epochs": ("epochs", "training", _positive(int), "most epochs of training (early stopping may end it sooner)"),
 }
 TRANSFORMER_ONLY = ("--layers", "--heads", "--model-dim", "--ff-dim")
 
@@ -85,6 +89,7 @@ def parser():
         "--compare-phonetisaurus", action="store_true", help="also train and score Phonetisaurus (needs --test)"
     )
     train.add_argument("--smoke", action="store_true", help="tiny settings, seconds of training (for tests)")
+    train.add_argument("--distribute", default="none", help=f"{distribute.HELP}; here multiworker is refused too")
     train.add_argument(
         "--architecture",
         choices=rule.ARCHITECTURES,
@@ -123,8 +128,13 @@ def _model_settings(directory):
 
 
 def run_train(args):
+    import keras
+
     from keras_attention.g2p import train_command
 
+    refused = distribute.refusal(args.distribute, keras.backend.backend())
+    if refused:
+        raise ValueError(refused)
     if args.compare_phonetisaurus and not args.test:
         raise ValueError("--compare-phonetisaurus: expected --test FILE to compare on; got none")
     train = _read(args.lexicon)
@@ -146,7 +156,10 @@ def run_train(args):
     train_command.write_json(Path(args.out) / "settings.json", record)
     print(f"{len(train)} training words, {len(lexicons.alphabet(train))} letters", flush=True)
     print(train_command.describe(record), flush=True)
-    train_command.train(split, record, args.out, args.compare_phonetisaurus)
+    # Set up before TensorFlow touches a device (`data` may split the CPU in two).
+    strategy = distribute.strategy(args.distribute)
+    print(distribute.describe(args.distribute, strategy), flush=True)
+    train_command.train(split, record, args.out, args.compare_phonetisaurus, strategy)
 
 
 def _override(chosen, args, train_words):

@@ -32,10 +32,13 @@ def finished_results(out, number):
         return json.load(file)
 
 
-def train_member(number, split, letters, phones, model_config, train_config, out, label="", right_to_left=False):
+def train_member(
+    number, split, letters, phones, model_config, train_config, out, label="", right_to_left=False, strategy=None
+):
     """Train one model (seed `train_config.seed + number`) into `out`; its
     `Models` and results. With `right_to_left` it learns (and is selected
-    on) the pronunciations reversed (bidirectional.py)."""
+    on) the pronunciations reversed (bidirectional.py). Under a `tf.distribute`
+    `strategy`, the model is built and trained in its scope."""
     from keras_attention.g2p import model as g2p_model
     from keras_attention.g2p import training
     from keras_attention.g2p.bidirectional import reversed_split
@@ -44,12 +47,13 @@ def train_member(number, split, letters, phones, model_config, train_config, out
         split = reversed_split(split)
     seed = train_config.seed + number
     training.set_seed(seed)
-    models = g2p_model.build_models(letters, phones, model_config)
     os.makedirs(out, exist_ok=True)
     train_config = dataclasses.replace(train_config, seed=seed)
-    history, train_seconds = training.train(
-        models.trainer, models.greedy, split, letters, phones, train_config, out, label=label
-    )
+    with contextlib.nullcontext() if strategy is None else strategy.scope():
+        models = g2p_model.build_models(letters, phones, model_config)
+        history, train_seconds = training.train(
+            models.trainer, models.greedy, split, letters, phones, train_config, out, label=label
+        )
     models.trainer.save(os.path.join(out, "g2p_trainer.keras"))
     results = {
         "seed": seed,

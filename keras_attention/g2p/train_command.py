@@ -94,11 +94,13 @@ def choose_members(count, dev_score):
     return best["members"], tried
 
 
-def _train_models(split, letters, phones, model_config, train_config, ensemble, out):
+def _train_models(split, letters, phones, model_config, train_config, ensemble, out, strategy=None):
     from keras_attention.g2p.members import finished_results, load_members, member_directory, train_member
     from keras_attention.g2p.members import train_members as train_side_by_side
 
-    jobs = min(ensemble, os.cpu_count() or 1)
+    # Several replicas train one model at a time, here: they have the devices already.
+    distributed = strategy is not None and strategy.num_replicas_in_sync > 1
+    jobs = 1 if distributed else min(ensemble, os.cpu_count() or 1)
     if jobs > 1:
         _, results, _ = train_side_by_side(
             ensemble, split, letters, phones, model_config, train_config, out, jobs, "model", resume=True
@@ -109,14 +111,23 @@ def _train_models(split, letters, phones, model_config, train_config, ensemble, 
             done = finished_results(out, number)
             if done is None:
                 _, done = train_member(
-                    number, split, letters, phones, model_config, train_config, member_directory(out, number)
+                    number,
+                    split,
+                    letters,
+                    phones,
+                    model_config,
+                    train_config,
+                    member_directory(out, number),
+                    strategy=strategy if distributed else None,
                 )
             results.append(done)
     return load_members(out, ensemble, letters, phones, model_config), results
 
 
-def train(split, settings, out, compare_phonetisaurus=False):
-    """Train, export and score (see the module's doc); returns the results document."""
+def train(split, settings, out, compare_phonetisaurus=False, strategy=None):
+    """Train, export and score (see the module's doc); returns the results document. Under a
+    `tf.distribute` `strategy` of several replicas (`--distribute data`), the members train
+    one after another on all of them."""
     from keras_attention.g2p import model as g2p_model
     from keras_attention.g2p.pronounce import score
     from keras_attention.g2p.pronouncer import OnnxPronouncer, export_pronouncer
@@ -126,7 +137,7 @@ def train(split, settings, out, compare_phonetisaurus=False):
     model_config, train_config = configs(settings, settings["beam_width"])
     letters, phones = vocabularies(split["train"], settings["normalization"])
     members, member_results = _train_models(
-        split, letters, phones, model_config, train_config, settings["ensemble"], out
+        split, letters, phones, model_config, train_config, settings["ensemble"], out, strategy
     )
     train_seconds = time.perf_counter() - begin
     cut = budget_cut(member_results, train_config)
@@ -158,6 +169,7 @@ def train(split, settings, out, compare_phonetisaurus=False):
             {key: member[key] for key in ("seed", "epochs", "train_seconds", "best_epoch")} for member in member_results
         ],
         "train_wall_seconds": round(train_seconds, 1),
+        "replicas": 1 if strategy is None else strategy.num_replicas_in_sync,
         "chosen_members": chosen,
         "member_choice": tried,
         # The exported searches against Keras on the sample words: ids must be equal (0).
