@@ -86,17 +86,17 @@ def train(strategy, model, optimizer, loss_fn, batch_at, steps, backup, save_eve
         if not chief:
             shutil.rmtree(directory, ignore_errors=True)
 
-    first, losses = int(step.numpy()), []
-    while int(step.numpy()) < steps:
-        current = int(step.numpy())
+    first = int(step.numpy())
+    losses = []
+    for current in range(first, steps):
         batch = strategy.experimental_distribute_values_from_function(
             lambda context, current=current: batch_at(
                 current, context.replica_id_in_sync_group, context.num_replicas_in_sync
             )
         )
         losses.append(float(run_step(batch)))
-        step.assign_add(1)
-        if int(step.numpy()) % save_every == 0 or int(step.numpy()) == steps:
+        step.assign(current + 1)
+        if (current + 1) % save_every == 0 or current + 1 == steps:
             save()
         if on_step is not None:
             on_step(current, losses[-1])

@@ -118,7 +118,7 @@ def _train_models(split, letters, phones, model_config, train_config, ensemble, 
                     model_config,
                     train_config,
                     member_directory(out, number),
-                    strategy=strategy if distributed else None,
+                    strategy=strategy,
                 )
             results.append(done)
     return load_members(out, ensemble, letters, phones, model_config), results
