@@ -66,6 +66,7 @@ class ExportContext:
     batches_function: object
     traced: dict = dataclasses.field(default_factory=dict)
     _batches: dict = dataclasses.field(default_factory=dict, repr=False)
+    _expected: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def batches(self, signature):
         """The signature's verification batches (each a list of input arrays
@@ -74,6 +75,16 @@ class ExportContext:
         if signature.name not in self._batches:
             self._batches[signature.name] = self.batches_function(signature)
         return self._batches[signature.name]
+
+    def keras_outputs(self, signature):
+        """Keras's outputs on the signature's verification batches, one
+        {output name: numpy array} per batch, computed once: a decoder's
+        eager call runs its loop op by op (seconds), and both the parity
+        and a writer's own check (the fused recurrent layers) read them.
+        Raises what the Keras model raises."""
+        if signature.name not in self._expected:
+            self._expected[signature.name] = [signature.call_keras(arrays) for arrays in self.batches(signature)]
+        return self._expected[signature.name]
 
     def final_path(self, name):
         """Where `staging / name` will be once the export is in place, as the report records it."""

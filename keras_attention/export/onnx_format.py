@@ -103,7 +103,10 @@ def _write_with_tf2onnx(context, signature, path):
             session = _export_onnx(signature, traced, path, opset, lengths_from, directions)
             batches = context.batches(signature)
             padded = fused_rnn.padded_variant(batches, lengths_from, signature.input_names)
-            _same_as_keras(signature, session, batches + ([padded] if padded else []), context.atol)
+            checks = list(zip(batches, context.keras_outputs(signature)))
+            if padded:
+                checks.append((padded, signature.call_keras(padded)))
+            _same_as_keras(signature, session, checks, context.atol)
             context.report.notes.append(
                 f"ONNX {signature.name!r}: {directions} masked recurrent layer direction(s) run as fused "
                 f"LSTM nodes over the lengths of {lengths_from!r} (ids != 0; the padding must come "
@@ -119,11 +122,12 @@ def _write_with_tf2onnx(context, signature, path):
     _export_onnx(signature, function, path, context.options[NAME]["opset"])
 
 
-def _same_as_keras(signature, session, batches, atol):
+def _same_as_keras(signature, session, checks, atol):
     """Raise `fused_rnn.NotFused` unless `session` gives Keras's outputs on
-    `batches` (integers exactly, floats within `atol`)."""
-    for arrays in batches:
-        got, want = _outputs(session, signature, arrays), signature.call_keras(arrays)
+    each batch of `checks`, (input arrays, Keras's outputs) pairs (integers
+    exactly, floats within `atol`)."""
+    for arrays, want in checks:
+        got = _outputs(session, signature, arrays)
         for name, dtype in zip(signature.output_names, signature.output_dtypes):
             difference = _difference(got[name], want[name])
             if not difference <= (0.0 if _is_exact(dtype) else atol):

@@ -66,7 +66,7 @@ def compare(context, runners):
     for signature in context.signatures:
         batches = context.batches(signature)
         try:
-            expected = [signature.call_keras(arrays) for arrays in batches]
+            expected = context.keras_outputs(signature)
         except Exception as error:
             raise ExportError(
                 f"signature {signature.name!r}: the Keras model fails on the verification inputs "

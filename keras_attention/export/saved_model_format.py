@@ -24,48 +24,100 @@ def _serve_without_checks(signature):
     return serve
 
 
-def track_model(archive, model):
-    """Track `model` in `archive`: a functional or Sequential model layer by
-    layer. ExportArchive walks what it tracks for lookup tables, and on a
-    Keras model that walk traces the model's own default serving function
-    (`_default_save_signature`), which the export never uses: a second
-    trace of a decoder and its loop. A layer has no such function; the
-    variables are those of the layers either way."""
+def tracked_layers(model):
+    """The layers whose variables an export saves: a functional or
+    Sequential model layer by layer, anything else as itself. Walking a
+    Keras model as a whole for its lookup tables would trace the model's own
+    default serving function (`_default_save_signature`), which the export
+    never uses: a second trace of a decoder and its loop. A layer has no
+    such function; the variables are those of the layers either way."""
     if isinstance(model, keras.Model) and getattr(model, "inputs", None) and model.layers:
         for layer in model.layers:
-            track_model(archive, layer)
+            yield from tracked_layers(layer)
     elif not isinstance(model, keras.layers.InputLayer):
-        archive.track(model)
+        yield model
+
+
+def track_model(archive, model):
+    """Track `model` in a `keras.export.ExportArchive`, layer by layer (`tracked_layers`)."""
+    for layer in tracked_layers(model):
+        archive.track(layer)
 
 
 def write(context):
     """Write every signature as an endpoint of one SavedModel in `context.staging`."""
-    archive = keras.export.ExportArchive()
-    on_tensorflow = context.backend == "tensorflow"
-    for signature in context.signatures:
-        track_model(archive, signature.model)
-        if on_tensorflow:
-            function = archive.add_endpoint(signature.name, signature.serve, signature.input_specs)
-            context.traced[signature.name] = function
-        else:
-            # TensorFlow would also save the gradient of each endpoint; JAX has
-            # none for a while_loop of dynamic length (the decode loops).
-            archive.add_endpoint(
-                signature.name,
-                _serve_without_checks(signature),
-                signature.input_specs,
-                jax2tf_kwargs={"with_gradient": False},
-            )
-    archive.write_out(str(context.staging / SAVED_MODEL_DIR), verbose=False)
+    path = context.staging / SAVED_MODEL_DIR
+    if context.backend == "tensorflow":
+        _write_traced_once(context, path)
+    else:
+        _write_through_jax2tf(context, path)
     first = context.signatures[0].name
     if all(signature.name != DEFAULT_SIGNATURE for signature in context.signatures):
         context.report.notes.append(f"SavedModel: {first!r} is also served as {DEFAULT_SIGNATURE!r}.")
-    if not on_tensorflow and not context.verify:
+    if context.backend != "tensorflow" and not context.verify:
         # Run once all the same: a JAX artefact TensorFlow cannot read fails only when called.
         run = runner(context)
         for signature in context.signatures:
             run(signature, context.batches(signature)[0])
     return context.final_path(SAVED_MODEL_DIR)
+
+
+def _write_traced_once(context, path):
+    """On TensorFlow: each signature traced once, and that trace saved and
+    handed to the other writers (`context.traced`).
+
+    `keras.export.ExportArchive` traces each endpoint twice: once to list
+    the variables it reads, and again inside `tf.saved_model.save`, which
+    keys its traces by its own context; a decoder's trace takes seconds.
+    Saving the traced concrete functions themselves takes none. The
+    SavedModel is the archive's: the endpoints as signatures and as
+    attributes (the first also as `serving_default`), the variables, and
+    the lookup tables of the layers."""
+    import tensorflow as tf
+
+    # Not a tf.Module: its `variables` is a read-only property, and the
+    # archive's root (which a loaded model's `.variables` reads) is this.
+    root, traced = tf.__internal__.tracking.AutoTrackable(), {}
+    for signature in context.signatures:
+        function = tf.function(signature.serve, input_signature=signature.input_specs, autograph=False)
+        traced[signature.name] = function.get_concrete_function()
+        context.traced[signature.name] = function
+    layers = list({id(layer): layer for s in context.signatures for layer in tracked_layers(s.model)}.values())
+    root.variables = _unique(v for layer in layers for v in layer.variables)
+    root.trainable_variables = _unique(v for layer in layers for v in layer.trainable_variables)
+    root.non_trainable_variables = _unique(v for layer in layers for v in layer.non_trainable_variables)
+    root.lookup_tables = _unique(
+        resource
+        for layer in layers
+        for resource in tf.train.TrackableView(layer).descendants()
+        if isinstance(resource, tf.saved_model.experimental.TrackableResource)
+    )
+    for name, function in traced.items():
+        setattr(root, name, function)
+    signatures = dict(traced)
+    signatures.setdefault(DEFAULT_SIGNATURE, traced[context.signatures[0].name])
+    tf.saved_model.save(root, str(path), signatures=signatures)
+
+
+def _unique(items):
+    """`items` in order, each object once."""
+    return list({id(item): item for item in items}.values())
+
+
+def _write_through_jax2tf(context, path):
+    """On JAX (and PyTorch): Keras's archive, each endpoint through jax2tf."""
+    archive = keras.export.ExportArchive()
+    for signature in context.signatures:
+        track_model(archive, signature.model)
+        # TensorFlow would also save the gradient of each endpoint; JAX has
+        # none for a while_loop of dynamic length (the decode loops).
+        archive.add_endpoint(
+            signature.name,
+            _serve_without_checks(signature),
+            signature.input_specs,
+            jax2tf_kwargs={"with_gradient": False},
+        )
+    archive.write_out(str(path), verbose=False)
 
 
 def runner(context):

@@ -159,14 +159,18 @@ class MultiHeadAttention(WeightSettings, AttentionLayer):
     def _contract(x, kernel, axes):
         """`x (B, T, *kernel.shape[:axes])` times `kernel` -> `(B, T, *kernel.shape[axes:])`.
 
-        One matmul over flattened axes, not `ops.einsum`: Keras's TensorFlow
-        einsum reshapes with -1 for these subscripts, which turns an empty
-        batch into a batch of one.
+        One matrix product of two matrices, not `ops.einsum`: Keras's
+        TensorFlow einsum reshapes with -1 for these subscripts, which turns
+        an empty batch into a batch of one; and a three-dimensional `x` goes
+        through `tensordot` there, a dozen graph ops per projection where a
+        matrix product is one (a decoder's graph traces, converts and runs
+        each step's projections).
         """
         inner, outer = kernel.shape[:axes], kernel.shape[axes:]
-        batch, steps = ops.shape(x)[0], ops.shape(x)[1]
+        shape = ops.shape(x)
+        batch, steps = shape[0], shape[1]
         flat = ops.matmul(
-            ops.reshape(x, (batch, steps, math.prod(inner))),
+            ops.reshape(x, (batch * steps, math.prod(inner))),
             ops.reshape(kernel, (math.prod(inner), math.prod(outer))),
         )
         return ops.reshape(flat, (batch, steps, *outer))
