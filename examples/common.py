@@ -6,7 +6,8 @@ its model inside `strategy.scope()`, trains with `callbacks(args)` (a killed
 run resumes where it stopped), and ends with `write_results`. `--distribute`
 is the G2P trainer's (keras_attention/g2p/distribute.py): none, data,
 multiworker (only an example with its own loop: translate_dates.py) or model
-(refused: Keras's model parallelism runs on JAX; the examples on TensorFlow).
+(only an example that runs on JAX, where Keras's model parallelism runs:
+translate_dates.py). TensorFlow is imported only where a run uses it.
 """
 
 import argparse
@@ -17,13 +18,16 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import importlib.metadata
+
 import keras
-import tensorflow as tf
 
 from keras_attention.g2p import distribute
 
 
-def parse_args(description, argv=None, extra=None, multiworker_loop=False, refuse=None, **defaults):
+def parse_args(
+    description, argv=None, extra=None, multiworker_loop=False, model_parallel=False, refuse=None, **defaults
+):
     """The options every example has; `defaults` sets the full-size values.
 
     `--smoke` switches to `smoke_*` defaults (seconds-long runs for the tests)
@@ -31,7 +35,8 @@ def parse_args(description, argv=None, extra=None, multiworker_loop=False, refus
     option None unless given (the example then picks a value per task).
     `extra(parser)` adds an example's own options. `multiworker_loop`: the
     example trains without `fit` under `--distribute multiworker` (which
-    `fit` fails under); the others refuse that value. `refuse(args)`: why
+    `fit` fails under); the others refuse that value. `model_parallel`: the
+    example runs on JAX, and takes `--distribute model` there. `refuse(args)`: why
     the example cannot run these options together (one line), or None.
     """
     parser = argparse.ArgumentParser(description=description)
@@ -47,7 +52,7 @@ def parse_args(description, argv=None, extra=None, multiworker_loop=False, refus
     parser.add_argument("--mixed-precision", action="store_true", help="train in mixed_float16")
     parser.add_argument("--jit", action="store_true", help="compile training steps with XLA")
     args = parser.parse_args(argv)
-    refused = distribute.refusal(args.distribute, keras.backend.backend(), multiworker_loop)
+    refused = distribute.refusal(args.distribute, keras.backend.backend(), multiworker_loop, model_parallel)
     if not refused and args.distribute == "multiworker":
         given = [flag for flag, on in (("--mixed-precision", args.mixed_precision), ("--jit", args.jit)) if on]
         if given:
@@ -78,10 +83,10 @@ def setup(args):
     strategy = distribute.strategy(args.distribute)
     if args.mixed_precision:
         keras.mixed_precision.set_global_policy("mixed_float16")
-    gpus = tf.config.list_physical_devices("GPU")
     print(
-        f"{distribute.describe(args.distribute, strategy)}; {len(gpus)} GPU(s); "
-        f"precision {keras.config.dtype_policy().name}; XLA {'on' if args.jit else 'off'}",
+        f"{distribute.describe(args.distribute, strategy)}; {distribute.gpu_count()} GPU(s); "
+        # JAX compiles every step with XLA; the others when asked (--jit).
+        f"precision {keras.config.dtype_policy().name}; XLA {'on' if args.jit or keras.backend.backend() == 'jax' else 'off'}",
         flush=True,
     )
     os.makedirs(args.out, exist_ok=True)
@@ -121,10 +126,19 @@ def machine():
         "processor": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
-        "tensorflow": tf.__version__,
+        "tensorflow": _installed("tensorflow"),
         "keras": keras.__version__,
-        "gpus": len(tf.config.list_physical_devices("GPU")),
+        "backend": keras.backend.backend(),
+        "gpus": distribute.gpu_count(),
     }
+
+
+def _installed(distribution):
+    """The installed version of `distribution`, or None."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def write_results(args, results):

@@ -9,7 +9,7 @@ and with beam search, and reports exact-match accuracy on held-out dates.
 
     python -m examples.translate_dates [--epochs N] [--samples N] [--out DIR] [--smoke] ...
         [--scheduled-sampling P]   (train feeding back its own predictions, p rising to P)
-        [--distribute none|data|multiworker]
+        [--distribute none|data|model|multiworker]
 
 With `--distribute multiworker` (one process a machine, `TF_CONFIG` naming the
 cluster) it trains with examples/multi_worker.py's loop instead of `fit`,
@@ -18,12 +18,20 @@ number, a backup after every epoch in `OUT/multiworker_backup` (a directory
 every worker reads), so a cluster restarted after losing a worker resumes
 there. The chief (worker 0) then evaluates and writes the outputs.
 
+With `--distribute model` (on JAX: `KERAS_BACKEND=jax`, and on CPUs
+`XLA_FLAGS=--xla_force_host_platform_device_count=4`) it trains with `fit`
+under `keras.distribution.ModelParallel`, the library's layout map splitting
+the attention, embedding and read-out weights over two devices; it prints how
+many weights were split. Without matplotlib (the `plot` extra) it skips the
+pictures and says so.
+
 Numeric dates are read day first (3/4/15 is 3 April 2015) and two-digit years
 name 1950-2049, so every input has exactly one answer. The data is generated
 with a fixed seed: nothing is downloaded.
 """
 
 import datetime
+import importlib.util
 import json
 import os
 
@@ -31,7 +39,7 @@ import keras
 import numpy as np
 
 import keras_attention as ka
-from examples import common, multi_worker
+from examples import common
 from keras_attention.export.vocabulary import vocabulary_json
 from keras_attention.text import Vocabulary
 
@@ -193,6 +201,10 @@ def translate(model, texts, batch_size=500):
 
 
 def plot_examples(texts, predictions, alignments, out, count=4):
+    """The first `count` alignments as pictures in `out`; none, said, without matplotlib."""
+    if importlib.util.find_spec("matplotlib") is None:
+        print("attention plots skipped: matplotlib is not installed (pip install 'keras-attention-decoders[plot]')")
+        return []
     paths = []
     for i in range(count):
         source = SOURCE.tokenize(texts[i])
@@ -207,12 +219,33 @@ def plot_examples(texts, predictions, alignments, out, count=4):
 # ------------------------------------------------------------------------ main
 
 
+def whole_shares(inputs, targets, replicas, fraction=0.05):
+    """`fit`'s rows under `--distribute model`: `validation_split=fraction`'s
+    parts (the last rows held out), each cut to a multiple of `replicas`.
+
+    JAX shards a batch over the mesh's batch axis only in equal parts; the
+    batch size is a multiple of the replicas, so then every batch is, the
+    last of each part too. At most `replicas - 1` rows of each part go
+    unused. Returns `(inputs, targets, {"validation_data": ...})`."""
+    rows = len(targets)
+    end = rows - int(fraction * rows)
+    train, validation = end - end % replicas, (rows - end) - (rows - end) % replicas
+    return (
+        [x[:train] for x in inputs],
+        targets[:train],
+        {"validation_data": ([x[end : end + validation] for x in inputs], targets[end : end + validation])},
+    )
+
+
 def train_on_workers(args, strategy, trainer, train_source, train_in, train_out):
     """`--distribute multiworker`: examples/multi_worker.py's loop over the rows `fit` would
     train on (validation_split=0.05 keeps the last 5% out), `args.epochs` epochs of full
     global batches. The batch of step `s` is read from a permutation of the rows seeded by
     its epoch, so a resumed run trains on the batches the lost one would have. The mean
     loss of each epoch's steps run here."""
+    # TensorFlow's: imported here, so that `--distribute model` runs on JAX without it.
+    from examples import multi_worker
+
     rows = len(train_source) - int(0.05 * len(train_source))
     steps_per_epoch = rows // args.batch_size
     if steps_per_epoch < 1:
@@ -259,6 +292,7 @@ def main(argv=None):
         __doc__.splitlines()[0],
         argv,
         multiworker_loop=True,
+        model_parallel=True,
         epochs=12,
         batch_size=128,
         samples=30000,
@@ -282,10 +316,10 @@ def main(argv=None):
     )
     multiworker = args.distribute == "multiworker"
     strategy = common.setup(args)
-    if multiworker and args.batch_size % strategy.num_replicas_in_sync:
+    if args.distribute in ("multiworker", "model") and args.batch_size % strategy.num_replicas_in_sync:
         raise SystemExit(
             f"--batch-size: expected a multiple of the {strategy.num_replicas_in_sync} replicas (equal shares "
-            f"under --distribute multiworker); got {args.batch_size}"
+            f"under --distribute {args.distribute}); got {args.batch_size}"
         )
     rng = np.random.default_rng(args.seed)
     test_size = 200 if args.smoke else 2000
@@ -309,21 +343,33 @@ def main(argv=None):
             jit_compile=args.jit,
         )
     trainer.summary()
+    if args.distribute == "model":
+        split = strategy.split_weights(trainer)
+        print(
+            f"model parallel: {len(split)} of {len(trainer.weights)} weights split over the mesh's model axis: "
+            + ", ".join(split),
+            flush=True,
+        )
     with common.Timer() as training:
         if multiworker:
             epoch_losses = train_on_workers(args, strategy, trainer, train_source, train_in, train_out)
         else:
+            inputs, targets, validation = [train_source, train_in], train_out, {"validation_split": 0.05}
+            if args.distribute == "model":
+                inputs, targets, validation = whole_shares(inputs, targets, strategy.num_replicas_in_sync)
             history = trainer.fit(
-                [train_source, train_in],
-                train_out,
+                inputs,
+                targets,
+                **validation,
                 batch_size=args.batch_size,
                 epochs=args.epochs,
-                validation_split=0.05,
                 callbacks=common.callbacks(args),
                 verbose=2 if args.smoke else "auto",
             )
             epoch_losses = history.history["loss"]
     if multiworker:
+        from examples import multi_worker
+
         worker, chief = multi_worker.task(strategy)
         if not chief:
             print(f"worker {worker}: trained; the chief evaluates and writes the outputs")

@@ -6,6 +6,7 @@ import each other by their full names and nothing touches `sys.path`.
 """
 
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,10 +22,11 @@ def load(name):
     return importlib.import_module(f"examples.{name}")
 
 
-def run(module, *arguments, timeout=300, check=True):
+def run(module, *arguments, timeout=300, check=True, environment=None):
     """`python -m <module> <arguments>` with this interpreter from the
-    repository root (`module` a dotted name, or SERVE); with `check`, a
-    failure shows the tail of its output."""
+    repository root (`module` a dotted name, or SERVE), `environment`'s
+    variables added to this process's; with `check`, a failure shows the
+    tail of its output."""
     command = list(module) if isinstance(module, tuple) else ["-m", module]
     completed = subprocess.run(
         [sys.executable, *command, *map(str, arguments)],
@@ -32,6 +34,7 @@ def run(module, *arguments, timeout=300, check=True):
         text=True,
         timeout=timeout,
         cwd=ROOT,
+        env=None if environment is None else {**os.environ, **environment},
     )
     if check:
         assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]

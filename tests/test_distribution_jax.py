@@ -1,17 +1,20 @@
 """Scaling out on JAX (`make test-jax`): `keras.distribution.DataParallel` over 4 CPU devices trains
 the LSTM and Transformer seq2seq models to one device's losses and weights; `ModelParallel` on a
 2 x 2 mesh with the library's layout map places each weight as documented and gives the unsharded
-model's outputs, gradients and searches. On PyTorch, Keras 3 has no `keras.distribution`: a test
+model's outputs, gradients and searches; the dates example trains under it (`--distribute model`).
+On PyTorch, Keras 3 has no `keras.distribution`: a test
 says so, and fails the day it has one. Each run is a subprocess: JAX must see its 4 devices
 (`XLA_FLAGS`) before it starts."""
 
 import functools
+import importlib.util
+import json
 
 import keras
 import numpy as np
 import pytest
 
-from tests import distributed_runs
+from tests import distributed_runs, examples
 from tests.test_distribution import assert_trains_like_one_device, expected_axes, run_distributed_checks
 
 pytestmark = pytest.mark.any_backend
@@ -76,3 +79,40 @@ def test_keras_has_no_distribution_on_torch():
     docs/scaling-out.md gets a PyTorch row."""
     with pytest.raises(AttributeError):
         keras.distribution.list_devices()
+
+
+# The weights of the dates example the library's layout map splits (the rest, the recurrent
+# cells' and the initial state's, are replicated).
+DATES_SPLIT = [
+    "source_embedding/embeddings",
+    "target_embedding/embeddings",
+    "decoder/attention_gru/additive_attention/query_kernel",
+    "decoder/attention_gru/additive_attention/key_kernel",
+    "decoder/attention_gru/additive_attention/score_vector",
+    "readout/kernel",
+    "readout/bias",
+]
+
+
+@on_jax
+def test_the_dates_trainer_trains_model_parallel_and_prints_where(tmp_path):
+    arguments = ("--smoke", "--distribute", "model", "--samples", 128, "--epochs", 1, "--out", tmp_path)
+    completed = examples.run("examples.translate_dates", *arguments, environment=FOUR_CPUS, timeout=600)
+    assert (
+        "distribute: model (keras.distribution.ModelParallel), a mesh of batch 2 x model 2, 2 replica(s) of the "
+        "data: cpu:0, cpu:1, cpu:2, cpu:3; 0 GPU(s); precision float32; XLA on"
+    ) in completed.stdout
+    assert f"model parallel: 7 of 19 weights split over the mesh's model axis: {', '.join(DATES_SPLIT)}" in (
+        completed.stdout
+    )
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["distribute"] == "model" and results["replicas"] == 2
+    assert np.isfinite(results["final_loss"]) and 0.0 <= results["greedy_character_accuracy"] <= 1.0
+    # What it trained, saved whole: the decoders load on one device and decode.
+    greedy = keras.models.load_model(tmp_path / "dates_greedy.keras")
+    translate_dates = examples.load("translate_dates")
+    decoded, _ = translate_dates.translate(greedy, ["3/3/15"])
+    assert len(decoded) == 1 and set(decoded[0]) <= set("0123456789-")
+    # Without matplotlib (the JAX venv has none) the pictures are skipped, and said to be.
+    if importlib.util.find_spec("matplotlib") is None:
+        assert "attention plots skipped: matplotlib is not installed" in completed.stdout

@@ -75,7 +75,7 @@ def test_the_g2p_trainer_trains_data_parallel_and_prints_where(tmp_path):
     assert results["export_parity"]["pronounce/ids"] == 0 and results["export_parity"]["pronounce_greedy/ids"] == 0
 
 
-EXPECTED = "expected one of none, data, multiworker"
+EXPECTED = "expected one of none, data, model, multiworker"
 
 
 @pytest.mark.parametrize(
@@ -85,8 +85,8 @@ EXPECTED = "expected one of none, data, multiworker"
         (
             ["--distribute", "model"],
             {},
-            "--distribute model: model parallelism in Keras 3.15 is keras.distribution.ModelParallel, which runs "
-            f"on the JAX backend, and this trainer runs on TensorFlow; {EXPECTED} (docs/scaling-out.md#model-parallelism",
+            "--distribute model: keras.distribution.ModelParallel places weights on the JAX backend only "
+            "(Keras 3.15); expected KERAS_BACKEND=jax with it; got tensorflow",
         ),
         (["--distribute", "multiworker"], {}, "--distribute multiworker: expected TF_CONFIG in the environment"),
         (
@@ -159,3 +159,25 @@ def test_tf_distribute_is_refused_off_tensorflow(value):
         "expected KERAS_BACKEND=tensorflow with it; got jax"
     )
     assert distribute.refusal("none", "jax") is None
+
+
+def test_model_parallelism_is_offered_where_a_trainer_runs_on_jax_with_an_even_number_of_devices():
+    """Only a trainer that runs on JAX takes `model` (the dates example; its run is in
+    tests/test_distribution_jax.py); the mesh halves each split weight over two devices."""
+    devices = ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+    assert distribute.refusal("model", "jax", model_parallel=True, devices=devices) is None
+    assert distribute.refusal("model", "jax", model_parallel=True, devices=devices[:2]) is None
+    for count in (1, 3):
+        assert distribute.refusal("model", "jax", model_parallel=True, devices=devices[:count]) == (
+            "--distribute model: expected an even number of devices, at least 2 (each split weight is halved "
+            f"over a `model` axis of 2); got {count} (on CPUs: XLA_FLAGS=--xla_force_host_platform_device_count=4)"
+        )
+    assert distribute.refusal("model", "torch", model_parallel=True, devices=devices) == (
+        "--distribute model: keras.distribution.ModelParallel places weights on the JAX backend only "
+        "(Keras 3.15); expected KERAS_BACKEND=jax with it; got torch"
+    )
+    # A trainer on TensorFlow (the G2P tool) refuses it on any backend, naming what it offers.
+    assert distribute.refusal("model", "jax", devices=devices).startswith(
+        "--distribute model: model parallelism in Keras 3.15 is keras.distribution.ModelParallel, which runs on "
+        "the JAX backend, and this trainer runs on TensorFlow; expected one of none, data ("
+    )
