@@ -6,7 +6,8 @@
 Reads results/g2p_cmudict.json, the optional other CMUdict runs in VARIANTS
 (one model trained longer) and results/g2p_sigmorphon2021.json (written by
 `train.py --results ...`), the default run's serving studies in SERVING
-(`serving.py`: the ensemble, and its first model alone), and replaces what stands between the two marker comments in docs/results.md, so the table can only show measured figures.
+(`serving.py`: the ensemble, and its first model alone), the tool's curve
+by lexicon size (results/g2p_curve.json, `curve.py`), and replaces what stands between the two marker comments in docs/results.md, so the table can only show measured figures.
 """
 
 import argparse
@@ -26,6 +27,8 @@ VARIANTS = ("g2p_cmudict_large.json", "g2p_cmudict_transformer.json")
 # Serving studies (`serving.py`) of the default run, by beam width, float32
 # and int8: the whole ensemble, then its first model alone.
 SERVED_RUN = "g2p_cmudict.json"
+# The G2P tool against Phonetisaurus by lexicon size (`curve.py`).
+CURVE = "g2p_curve.json"
 SERVING = (
     ("g2p_cmudict_serving.json", "the default model above"),
     ("g2p_cmudict_serving_one.json", "the first model of the default ensemble, alone"),
@@ -214,6 +217,31 @@ def sigmorphon_table(document):
     return "\n".join(lines)
 
 
+def curve_table(document):
+    """The G2P tool against Phonetisaurus by training words (`curve.py`'s results)."""
+    lines = [
+        "The G2P tool (`keras-attention-g2p train`, the settings its rule chooses for the size, within its "
+        "time budget) against Phonetisaurus trained on the same words in the same run, by the number of "
+        "training words drawn from each lexicon's training split; scored on the whole test split "
+        f"(`{document['command']}`, seed {document['seed']}).",
+        "",
+        "| lexicon | training words | budget | ours: WER | PER | models | Phonetisaurus: WER | PER |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in document["points"]:
+        ours, peer = row["ours"], row["phonetisaurus"]
+        better = ours["wer"] < peer["wer"]
+        wer = f"**{ours['wer']:.2f}**" if better else f"{ours['wer']:.2f}"
+        peer_wer = f"{peer['wer']:.2f}" if better else f"**{peer['wer']:.2f}**"
+        models = f"{ours['models']} of {ours['trained_models']}"
+        warning = " (cut by the budget)" if ours.get("time_budget_warning") else ""
+        lines.append(
+            f"| {row['lexicon']} | {row['train_words']:,} | {row['budget_minutes']:g} min{warning} | {wer} | "
+            f"{ours['per']:.2f} | {models} | {peer_wer} | {peer['per']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def _load(name):
     path = RESULTS / name
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
@@ -232,6 +260,9 @@ def render():
             parts.append(serving_table(serving, served_run, which))
     if sigmorphon:
         parts.append(sigmorphon_table(sigmorphon))
+    curve = _load(CURVE)
+    if curve and curve["points"]:
+        parts.append(curve_table(curve))
     return "\n\n".join(parts) if parts else "No results committed yet."
 
 
