@@ -115,3 +115,4 @@ def test_the_table_marks_the_better_wer_and_a_budget_that_cut_training(tmp_path)
     rows = [line for line in table.splitlines() if line.startswith("| dut")]
     assert rows[0] == "| dut | 20 | 0.5 min | **40.00** | 10.00 | 2 of 4 | 45.00 | 11.00 |"
     assert rows[1] == "| dut | 30 | 0.7 min (cut by the budget) | 60.00 | 15.00 | 2 of 4 | **45.00** | 11.00 |"
+    assert table.endswith("Ours has the lower WER at 1 of 2 points.")

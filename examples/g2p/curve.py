@@ -68,14 +68,14 @@ def write_tsv(path, entries):
 
 
 def train_point(train_file, test_file, model_dir, minutes, smoke):
-    """Run the tool on one point; its results.json (None if it failed, with its output's tail)."""
+    """Run the tool on one point, its output shown as it comes (its settings, its
+    progress); its results.json, or None if it failed (said)."""
     command = [sys.executable, "-m", "keras_attention.g2p", "train", "--lexicon", str(train_file)]
     command += ["--test", str(test_file), "--out", str(model_dir), "--compare-phonetisaurus"]
     command += ["--smoke"] if smoke else ["--minutes", str(minutes)]
-    completed = subprocess.run(command, capture_output=True, text=True)
-    print(completed.stdout[-2000:], end="", flush=True)
+    completed = subprocess.run(command)
     if completed.returncode:
-        print(f"the tool failed ({completed.returncode}): {completed.stderr[-2000:]}", file=sys.stderr)
+        print(f"the tool failed (exit {completed.returncode}) on {train_file}; rerun the curve to retry", flush=True)
         return None
     return json.loads((Path(model_dir) / "results.json").read_text())
 

@@ -239,6 +239,8 @@ def curve_table(document):
             f"| {row['lexicon']} | {row['train_words']:,} | {row['budget_minutes']:g} min{warning} | {wer} | "
             f"{ours['per']:.2f} | {models} | {peer_wer} | {peer['per']:.2f} |"
         )
+    wins = sum(row["ours"]["wer"] < row["phonetisaurus"]["wer"] for row in document["points"])
+    lines += ["", f"Ours has the lower WER at {wins} of {len(document['points'])} points."]
     return "\n".join(lines)
 
 
