@@ -30,6 +30,7 @@ from pathlib import Path
 from examples.common import machine
 from examples.g2p import data
 from keras_attention.g2p import lexicon
+from keras_attention.g2p.train_command import write_json
 
 SIZES = (500, 1000, 2000, 8000)
 # The tool's budgets (issue: at most 10 minutes for 1,000 words, 60 for
@@ -101,13 +102,6 @@ def point(name, size, results, minutes, seconds):
     }
 
 
-def write_results(path, document):
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
-        json.dump(document, handle, indent=1, sort_keys=True)
-    os.replace(f"{path}.tmp", path)
-
-
 def run(names, sizes, out, results_path, seed=0, smoke=False, train=train_point):
     """Every (lexicon, size) point not yet in `results_path`, in order; returns the document."""
     path = Path(results_path)
@@ -132,7 +126,8 @@ def run(names, sizes, out, results_path, seed=0, smoke=False, train=train_point)
                 continue  # said; the next run of the curve retries it
             row = point(name, size, results, minutes, time.perf_counter() - begin)
             document["points"] = sorted([*document["points"], row], key=lambda p: (p["lexicon"], p["train_words"]))
-            write_results(path, document)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, document)
             print(
                 f"{name} {size}: ours {row['ours']['wer']:.2f}% WER, Phonetisaurus {row['phonetisaurus']['wer']:.2f}%",
                 flush=True,

@@ -228,9 +228,11 @@ def curve_table(document):
         "| lexicon | training words | budget | ours: WER | PER | models | Phonetisaurus: WER | PER |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    wins = 0
     for row in document["points"]:
         ours, peer = row["ours"], row["phonetisaurus"]
         better = ours["wer"] < peer["wer"]
+        wins += better
         wer = f"**{ours['wer']:.2f}**" if better else f"{ours['wer']:.2f}"
         peer_wer = f"{peer['wer']:.2f}" if better else f"**{peer['wer']:.2f}**"
         models = f"{ours['models']} of {ours['trained_models']}"
@@ -239,7 +241,6 @@ def curve_table(document):
             f"| {row['lexicon']} | {row['train_words']:,} | {row['budget_minutes']:g} min{warning} | {wer} | "
             f"{ours['per']:.2f} | {models} | {peer_wer} | {peer['per']:.2f} |"
         )
-    wins = sum(row["ours"]["wer"] < row["phonetisaurus"]["wer"] for row in document["points"])
     lines += ["", f"Ours has the lower WER at {wins} of {len(document['points'])} points."]
     return "\n".join(lines)
 

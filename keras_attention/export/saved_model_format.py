@@ -82,7 +82,7 @@ def _write_traced_once(context, path):
         function = tf.function(signature.serve, input_signature=signature.input_specs, autograph=False)
         traced[signature.name] = function.get_concrete_function()
         context.traced[signature.name] = function
-    layers = list({id(layer): layer for s in context.signatures for layer in tracked_layers(s.model)}.values())
+    layers = _unique(layer for s in context.signatures for layer in tracked_layers(s.model))
     root.variables = _unique(v for layer in layers for v in layer.variables)
     root.trainable_variables = _unique(v for layer in layers for v in layer.trainable_variables)
     root.non_trainable_variables = _unique(v for layer in layers for v in layer.non_trainable_variables)
