@@ -14,7 +14,11 @@ PYTEST_ARGS ?=
 # files go out in the suite's order, the longest measured first
 # (tests/conftest.py, tests/module_seconds.json), not xdist's most-tests-first,
 # which left the minutes-long example smoke runs to the end on one worker.
-PYTEST_WORKERS ?= auto
+# One worker more than the cores, each worker one-threaded (tests/conftest.py):
+# a worker waiting on a file, a subprocess's start or a tracing step leaves
+# its core to another. Measured on the 2-core machine (clean-clone .ci/run):
+# the TensorFlow suite 1594 s on 2 workers, 1538 s on 3; JAX 478 -> 385 s.
+PYTEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 1)")
 PYTEST := -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test test-jax test-torch lint docs chromium tour bench g2p g2p-large g2p-engines gpu-check venv clean
