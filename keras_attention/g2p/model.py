@@ -26,6 +26,41 @@ from keras_attention.g2p.model_set import Models, pronouncer_options
 from keras_attention.layers import AdditiveAttention
 
 
+@keras.saving.register_keras_serializable(package="keras_attention")
+class WithoutMask(keras.layers.Layer):
+    """Its input, without the Keras mask it carried.
+
+    The teacher-forced trainer weighs its loss by the real target steps
+    (`LengthBucketedBatches(weigh_targets=True)`), so its read-out, a
+    `Sequential`, needs no mask; given one, Keras warns that it drops it, at
+    every trace of the model.
+
+    Shapes: any tensor, returned as it is, with no mask.
+
+    Example:
+
+    ```python
+    from keras_attention.g2p.model import WithoutMask
+    steps = keras.layers.Embedding(5, 3, mask_zero=True)(keras.Input((None,), dtype="int32"))
+    unmasked = WithoutMask()(steps)  # the same vectors; a Sequential after it sees no mask
+    ```
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs):
+        # A new tensor: an eager tensor keeps the mask Keras attached to it.
+        return keras.ops.copy(inputs)
+
+    def compute_mask(self, inputs, previous_mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
 @dataclasses.dataclass
 class ModelConfig:
     embedding: int = 64
@@ -132,7 +167,10 @@ def build_models(source_vocabulary, target_vocabulary, config, beam_alignments=F
     outputs = AttentionDecoder(cell, name="decoder")(
         phone_embedding(previous_phones), memory, initial_state=initial_state
     )
-    trainer = keras.Model([letters, previous_phones], readout(outputs), name="g2p_trainer")
+    # The loss weighs the real target steps itself (training.py): the read-out
+    # (a Sequential, which takes no mask) is given none.
+    logits = readout(WithoutMask(name="phone_steps")(outputs))
+    trainer = keras.Model([letters, previous_phones], logits, name="g2p_trainer")
 
     decoders = {}
     for method in ("greedy", "beam"):

@@ -55,19 +55,41 @@ def best_pronunciations(pronouncer, words):
 
 
 def budget_cut(member_results, train_config):
-    """A warning when the time budget stopped models before they could
-    converge (fewer epochs than `min_epochs`, which patience never stops
-    before), or None."""
+    """A warning when the time budget stopped models early, or None: before
+    they could converge (fewer epochs than `min_epochs`, which patience never
+    stops before), or later while they were still improving (their best dev
+    score in their last epoch, before all their epochs: measured on 500
+    Dutch words, four models cut at 14 and 15 of 22 epochs, each still
+    improving, lost to Phonetisaurus, 48.5% test WER against 47.7)."""
     least = min(train_config.min_epochs, train_config.epochs)
-    cut = [member for member in member_results if member["epochs"] < least]
-    if not cut:
-        return None
-    epochs = ", ".join(str(member["epochs"]) for member in cut)
-    best = ", ".join(f"{member['best_epoch']['dev_wer']:.0f}%" for member in cut if member.get("best_epoch"))
-    return (
-        f"the time budget stopped {len(cut)} of {len(member_results)} models after {epochs} of "
-        f"{train_config.epochs} epochs, before they could converge (dev WER {best}); give --minutes more time"
-    )
+    early = [member for member in member_results if member["epochs"] < least]
+    improving = [
+        member
+        for member in member_results
+        if least <= member["epochs"] < train_config.epochs
+        and (member.get("best_epoch") or {}).get("epoch") == member["epochs"]
+    ]
+    warnings = []
+    if early:
+        warnings.append(
+            f"the time budget stopped {len(early)} of {len(member_results)} models after {_epochs(early)} of "
+            f"{train_config.epochs} epochs, before they could converge (dev WER {_dev_wers(early)})"
+        )
+    if improving:
+        warnings.append(
+            f"the time budget stopped {len(improving)} of {len(member_results)} models after "
+            f"{_epochs(improving)} of {train_config.epochs} epochs while they were still improving (dev WER "
+            f"{_dev_wers(improving)}, each its best in its last epoch)"
+        )
+    return "; ".join(warnings) + "; give --minutes more time" if warnings else None
+
+
+def _epochs(members):
+    return ", ".join(str(member["epochs"]) for member in members)
+
+
+def _dev_wers(members):
+    return ", ".join(f"{member['best_epoch']['dev_wer']:.0f}%" for member in members if member.get("best_epoch"))
 
 
 def choose_members(count, dev_score):
