@@ -15,22 +15,20 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # Set before TensorFlow or JAX is imported (the examples' subprocesses
 # inherit them); benchmarks and gpu-check run outside the tests, at the
 # defaults.
-#
-# One thread per process. `make test` runs more workers than cores (the
-# Makefile's PYTEST_WORKERS), and each worker's TensorFlow, XLA and OpenMP
-# thread pools spun and switched on cores the other workers were using.
-# Measured on the 2-core machine, four of the longest TensorFlow modules:
-# 2 workers 302 s, 3 workers 280 s, 3 one-threaded workers 248 s (CPU time
-# 535 -> 472 s); three JAX modules on 3 workers 129 -> 120 s. A test that
-# needs threads sets its own (the G2P tool's side-by-side models do).
-TEST_XLA_FLAGS = {
-    "xla_backend_optimization_level": "0",
-    "xla_cpu_use_fusion_emitters": "false",
-    "xla_cpu_multi_thread_eigen": "false",
-}
+TEST_XLA_FLAGS = {"xla_backend_optimization_level": "0", "xla_cpu_use_fusion_emitters": "false"}
 for _flag, _value in TEST_XLA_FLAGS.items():
     if _flag not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{_flag}={_value}".strip()
+
+# TensorFlow and OpenMP one-threaded. `make test` runs more workers than
+# cores (the Makefile's PYTEST_WORKERS), and each worker's thread pools spun
+# and switched on cores the other workers were using. Measured on the 2-core
+# machine: four of the longest TensorFlow modules, 2 workers 302 s, 3 workers
+# 280 s, 3 one-threaded workers 248 s (CPU time 535 -> 472 s); the clean-clone
+# TensorFlow suite 1538 -> 1329 s. (XLA's CPU matrix products are left
+# multi-threaded: one-threaded, XLA emits its own at level 0, whose rounding
+# differs by position, and identical keys no longer tie in JAX's hard_dot.)
+# A test that needs threads sets its own (the G2P tool's side-by-side models do).
 for _variable in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
