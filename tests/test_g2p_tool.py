@@ -228,11 +228,13 @@ def test_a_time_budget_shrinks_the_ensemble_then_the_epochs():
     # 30 s a model.
     assert free["estimated_minutes"] == pytest.approx(2 * (2750 * 0.08696 + 22 * 2 + 30) / 60, abs=0.1)
     assert settings.choose(8000, set("a"), minutes=12)["ensemble"] == 4
+    # The epochs go first while each model keeps half of them: 6 minutes for two rounds of 313 s,
+    # floor(22 * (360 - 60) / (626 - 60)) = 11 epochs.
     tight = settings.choose(8000, set("a"), minutes=7)
-    assert tight["ensemble"] == 2 and tight["training"]["epochs"] == 22
-    # One model, 5 minutes for its 2,750 * 0.08696 + 44 + 30 = 313 s: floor(22 * (300 - 30) / (313 - 30)) epochs.
+    assert tight["ensemble"] == 4 and tight["training"]["epochs"] == 11 and tight["training"]["min_epochs"] == 6
+    # Then the ensemble: 4 models would get 9 epochs; 2 side by side get floor(22 * (300 - 30) / (313 - 30)).
     tighter = settings.choose(8000, set("a"), minutes=6)
-    assert tighter["ensemble"] == 1 and tighter["training"]["epochs"] == 20
+    assert tighter["ensemble"] == 2 and tighter["training"]["epochs"] == 20
     assert tighter["estimated_minutes"] <= 5.0 and tighter["training"]["max_minutes"] == 5.0
     tightest = settings.choose(8000, set("a"), minutes=3)
     assert tightest["ensemble"] == 1 and tightest["training"]["epochs"] == 6
