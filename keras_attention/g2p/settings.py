@@ -126,8 +126,12 @@ def estimate_seconds(train_words, settings, cores=2):
     else:
         per_update = seconds_per_update(batch, model["encoder_units"] > 128)
     updates = epochs * training.get("passes_per_epoch", 1) * _updates_per_pass(train_words, batch)
-    rounds = math.ceil(settings["ensemble"] / min(settings["ensemble"], cores))
-    return rounds * (updates * per_update + epochs * EPOCH_SECONDS + MODEL_SECONDS)
+    return _rounds(settings, cores) * (updates * per_update + epochs * EPOCH_SECONDS + MODEL_SECONDS)
+
+
+def _rounds(settings, cores):
+    """How many rounds of `cores` models side by side train the ensemble."""
+    return math.ceil(settings["ensemble"] / min(settings["ensemble"], cores))
 
 
 def _epochs_within(budget, epochs, train_words, settings, cores):
@@ -135,8 +139,7 @@ def _epochs_within(budget, epochs, train_words, settings, cores):
     estimate = estimate_seconds(train_words, settings, cores)
     if estimate <= budget:
         return epochs
-    rounds = math.ceil(settings["ensemble"] / min(settings["ensemble"], cores))
-    fixed = rounds * MODEL_SECONDS  # paid whatever the epochs
+    fixed = _rounds(settings, cores) * MODEL_SECONDS  # paid whatever the epochs
     return max(1, math.floor(epochs * max(budget - fixed, 0) / (estimate - fixed)))
 
 
@@ -210,8 +213,7 @@ def choose(train_words, alphabet, minutes=None, cores=2, architecture="lstm"):
         if estimate_seconds(train_words, settings, cores) > budget:
             epochs = _epochs_within(budget, epochs, train_words, settings, cores)
             settings["training"].update(_stopping(epochs, per_epoch, patience_epochs))
-        rounds = math.ceil(settings["ensemble"] / min(settings["ensemble"], cores))
-        settings["training"]["max_minutes"] = round(budget / 60 / rounds, 2)
+        settings["training"]["max_minutes"] = round(budget / 60 / _rounds(settings, cores), 2)
     if transformer:  # a share of the updates the epochs (cut by the budget or not) make
         settings["training"]["warmup_steps"] = _warmup_steps(settings["training"]["epochs"] * per_epoch)
     settings["estimated_minutes"] = round(estimate_seconds(train_words, settings, cores) / 60, 1)

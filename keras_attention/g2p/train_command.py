@@ -58,9 +58,10 @@ def budget_cut(member_results, train_config):
     """A warning when the time budget stopped models early, or None: before
     they could converge (fewer epochs than `min_epochs`, which patience never
     stops before), or later while they were still improving (their best dev
-    score in their last epoch, before all their epochs: measured on 500
-    Dutch words, four models cut at 14 and 15 of 22 epochs, each still
-    improving, lost to Phonetisaurus, 48.5% test WER against 47.7)."""
+    score in their last epoch, before all their epochs: on 500 Dutch words,
+    two of four models the budget cut at 14 of 22 epochs had their best
+    epoch last, and the run lost to Phonetisaurus, 48.5% test WER against
+    47.7)."""
     least = min(train_config.min_epochs, train_config.epochs)
     early = [member for member in member_results if member["epochs"] < least]
     improving = [
