@@ -80,7 +80,7 @@ def _compile(model, jit):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=jit,
     )
-    return model
+    return common.build_optimizer(model)
 
 
 def _seq2seq(cfg, jit, decoder):
