@@ -9,9 +9,10 @@ Both sides get the same query `(B, Tq, u)`, key `(B, Tv, u)` and value
   `chunk_size="auto"` (and `chunk_size=None`, the unchunked form, for
   reference).
 
-How the peak is measured: every variant runs in a fresh process; the
-function is traced and run once on tiny inputs with unknown-shape
-signatures (so no retracing happens later), the inputs are created, then the
+How the peak is measured: every variant runs in a fresh process (with
+--quick, one process runs them all in turn); the function is traced and
+run once on tiny inputs with unknown-shape signatures (so no retracing
+happens later), the inputs are created, then the
 kernel's peak-RSS counter is reset (`/proc/self/clear_refs` = 5) and the
 call runs; peak = VmHWM after the call - VmRSS before it. That is the real
 resident memory of everything the call allocated (TensorFlow's CPU allocator
@@ -49,7 +50,7 @@ def _inputs(batch, length, units, value_dim, seed=0):
 
 
 def worker(variant, batch, length, units, value_dim, chunk, out_path):
-    """Runs in a fresh process: measure one variant, write JSON (+ output)."""
+    """Runs in a worker process: measure one variant, write JSON (+ output)."""
     import keras
     import tensorflow as tf
 
@@ -98,30 +99,26 @@ def worker(variant, batch, length, units, value_dim, chunk, out_path):
         json.dump({"peak_mib": round((peak - before) / 2**20, 1), "seconds": round(seconds, 3)}, f)
 
 
-def _measure(variant, batch, cfg, directory, log):
-    out = os.path.join(directory, f"{variant.replace(':', '_')}_{batch}.json")
-    argv = [
-        sys.executable,
-        "-m",
-        "benchmarks.bench_memory",
-        "--worker",
-        variant,
-        str(batch),
-        str(cfg["length"]),
-        str(cfg["units"]),
-        str(cfg["value_dim"]),
-        cfg["chunk"],
-        out,
-    ]
+def _measure(jobs, cfg, directory, log):
+    """Measure `jobs` [(variant, batch), ...] one after another in one worker
+    process: {(variant, batch): result}."""
+    outs = [os.path.join(directory, f"{variant.replace(':', '_')}_{batch}.json") for variant, batch in jobs]
+    argv = [sys.executable, "-m", "benchmarks.bench_memory", "--worker"]
+    argv += [str(cfg["length"]), str(cfg["units"]), str(cfg["value_dim"]), cfg["chunk"]]
+    for (variant, batch), out in zip(jobs, outs):
+        argv += [variant, str(batch), out]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=common.ROOT)
     if proc.returncode != 0:
-        raise RuntimeError(f"memory worker {variant} B={batch} failed: {proc.stderr[-3000:]}")
-    with open(out) as f:
-        result = json.load(f)
-    result["output"] = np.load(out + ".npy")
-    log(f"  {variant:32s} B={batch:3d}: peak {result['peak_mib']:10.1f} MiB, {result['seconds']:.2f} s")
-    return result
+        raise RuntimeError(f"memory worker {jobs} failed: {proc.stderr[-3000:]}")
+    results = {}
+    for (variant, batch), out in zip(jobs, outs):
+        with open(out) as f:
+            result = json.load(f)
+        result["output"] = np.load(out + ".npy")
+        log(f"  {variant:32s} B={batch:3d}: peak {result['peak_mib']:10.1f} MiB, {result['seconds']:.2f} s")
+        results[variant, batch] = result
+    return results
 
 
 def run(quick, log):
@@ -136,15 +133,13 @@ def run(quick, log):
         variants += [("keras_attention", nb) for nb in sorted(set(cfg["naive_batches"] + [b]))]
         if cfg["train"]:
             variants += [("keras_naive:train", cfg["naive_batches"][0]), ("keras_attention:train", b)]
-        if quick:  # the figures mean nothing in --quick: run the workers at once
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(len(variants)) as pool:
-                done = list(pool.map(lambda vb: _measure(vb[0], vb[1], cfg, directory, log), variants))
-            measured.update(zip(variants, done))
+        if quick:
+            # The figures mean nothing in --quick: one process for every variant
+            # (a worker's CPU time is mostly importing TensorFlow).
+            measured.update(_measure(variants, cfg, directory, log))
         for variant, batch in variants:
             if (variant, batch) not in measured:
-                measured[variant, batch] = _measure(variant, batch, cfg, directory, log)
+                measured.update(_measure([(variant, batch)], cfg, directory, log))
             rows.append(
                 {
                     "variant": variant,
@@ -171,7 +166,8 @@ def run(quick, log):
     result = {
         "config": {k: cfg[k] for k in ("batch", "length", "units", "value_dim", "chunk")},
         "method": (
-            "fresh process per variant; peak RSS (VmHWM after the call, reset with "
+            ("one process for every variant" if quick else "fresh process per variant")
+            + "; peak RSS (VmHWM after the call, reset with "
             "/proc/self/clear_refs) minus RSS before it; naive extrapolated linearly in B "
             "from the measured batches when B is too large for this machine"
         ),
@@ -200,5 +196,6 @@ def run(quick, log):
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--worker":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    variant, batch, length, units, value_dim, chunk, out_path = sys.argv[2:9]
-    worker(variant, int(batch), int(length), int(units), int(value_dim), chunk, out_path)
+    length, units, value_dim, chunk, *jobs = sys.argv[2:]
+    for variant, batch, out_path in zip(jobs[0::3], jobs[1::3], jobs[2::3]):
+        worker(variant, int(batch), int(length), int(units), int(value_dim), chunk, out_path)
