@@ -2,9 +2,10 @@
 
 The dates model of measure 4 (untrained weights, the end token's logit
 lowered so that every decode runs its full 11 steps: the same work on every
-path), exported once with `keras_attention.export_model`. For greedy and
-beam 5 decoding at batch 1, 32 and 256 (distinct dates from the example's
-generator), dates per second on each serving path:
+path), exported once with `keras_attention.export_model` (measure 4's
+export, when both run in one process). For greedy and beam 5 decoding at
+batch 1, 32 and 256 (distinct dates from the example's generator), dates
+per second on each serving path:
 
 - onnxruntime with the session the library's serve command opens
   (`keras-attention-serve`, `keras_attention.export.run_onnx`);
@@ -19,7 +20,6 @@ Per (decoder, batch) the sides alternate in rotating rounds
 """
 
 import os
-import tempfile
 import time
 
 import numpy as np
@@ -96,7 +96,6 @@ def run(quick, log, repeats=None):
     import onnxruntime
     import tensorflow as tf
 
-    import keras_attention as ka
     from keras_attention.export.onnx import _session
 
     cfg = dict(QUICK if quick else FULL)
@@ -104,62 +103,58 @@ def run(quick, log, repeats=None):
         cfg["repeats"] = repeats
     # --quick checks that the section runs: two settings are enough for that.
     settings = {name: SETTINGS[name] for name in ("default", "1 thread")} if quick else SETTINGS
-    dates, greedy, beam = bench_serving.build(log)
+    # Measure 4's export (its int8 files unused here), made once a process.
+    dates, greedy, beam, export_dir, _, _ = bench_serving.exported(log)
     texts = [human for human, _ in dates.make_dates(max(cfg["batches"]), np.random.default_rng(0))]
     models = {"greedy": greedy, "beam 5": beam}
     signature_of = {"greedy": "translate", "beam 5": "translate_beam"}
     results = {"config": {"steps": dates.TARGET_LENGTH, **cfg}, "cells": {}, "settings": {}}
-    with tempfile.TemporaryDirectory() as directory:
-        export_dir = os.path.join(directory, "export")
-        ka.export_model({"translate": greedy, "translate_beam": beam}, export_dir, verify=False)
-        loaded = tf.saved_model.load(os.path.join(export_dir, "saved_model"))
-        paths = {d: os.path.join(export_dir, f"{signature_of[d]}.onnx") for d in models}
-        library = {d: _session(path) for d, path in paths.items()}
-        tuned = {
-            (d, name): onnxruntime.InferenceSession(path, session_options(*setting), providers=["CPUExecutionProvider"])
-            for d, path in paths.items()
-            for name, setting in settings.items()
-        }
-        for decoder, model in models.items():
-            signature = loaded.signatures[signature_of[decoder]]
-            for batch in cfg["batches"]:
-                x = dates.SOURCE.encode(texts[:batch])
-                feed, tensor = {"source": x}, tf.constant(x)
-                ids = {
-                    "onnxruntime": library[decoder].run(["ids"], feed)[0],
-                    "saved_model": signature(source=tensor)["ids"].numpy(),
-                    "keras_predict": np.asarray(model.predict(x, batch_size=batch, verbose=0)["ids"]),
-                }
-                same = all(np.array_equal(ids["keras_predict"], v) for v in ids.values())
+    loaded = tf.saved_model.load(os.path.join(export_dir, "saved_model"))
+    paths = {d: os.path.join(export_dir, f"{signature_of[d]}.onnx") for d in models}
+    library = {d: _session(path) for d, path in paths.items()}
+    tuned = {
+        (d, name): onnxruntime.InferenceSession(path, session_options(*setting), providers=["CPUExecutionProvider"])
+        for d, path in paths.items()
+        for name, setting in settings.items()
+    }
+    for decoder, model in models.items():
+        signature = loaded.signatures[signature_of[decoder]]
+        for batch in cfg["batches"]:
+            x = dates.SOURCE.encode(texts[:batch])
+            feed, tensor = {"source": x}, tf.constant(x)
+            ids = {
+                "onnxruntime": library[decoder].run(["ids"], feed)[0],
+                "saved_model": signature(source=tensor)["ids"].numpy(),
+                "keras_predict": np.asarray(model.predict(x, batch_size=batch, verbose=0)["ids"]),
+            }
+            same = all(np.array_equal(ids["keras_predict"], v) for v in ids.values())
 
-                def onnx(session, feed=feed):
-                    return lambda: session.run(None, feed)
+            def onnx(session, feed=feed):
+                return lambda: session.run(None, feed)
 
-                sides = {f"onnxruntime, {name}": onnx(tuned[decoder, name]) for name in settings}
-                sides["onnxruntime, library default"] = onnx(library[decoder])
-                sides["saved_model"] = lambda s=signature, t=tensor: {k: v.numpy() for k, v in s(source=t).items()}
-                sides["keras_predict"] = lambda m=model, x=x, b=batch: m.predict(x, batch_size=b, verbose=0)
-                for fn in sides.values():
-                    fn()  # warm-up (traces predict's function once per shape)
-                # Rotating rounds, each side with the call count that fills a round.
-                numbers = {name: _calls_per_round(fn, cfg["seconds_per_round"]) for name, fn in sides.items()}
-                per_call = {name: [] for name in sides}
-                for round_ in range(cfg["repeats"]):
-                    names = list(sides)
-                    for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-                        settle(sides[name])
-                        per_call[name].append(common.time_calls(sides[name], numbers[name]))
-                rate = {name: round(batch / float(np.median(t)), 1) for name, t in per_call.items()}
-                results["cells"][f"{decoder} / {batch}"] = {
-                    "decoder": decoder,
-                    "batch": batch,
-                    "same_ids": bool(same),
-                    "per_second": rate,
-                    "median_ms": {name: round(1000 * float(np.median(t)), 3) for name, t in per_call.items()},
-                }
-                log(
-                    f"  {decoder}, batch {batch}: " + ", ".join(f"{name} {value:.0f}/s" for name, value in rate.items())
-                )
+            sides = {f"onnxruntime, {name}": onnx(tuned[decoder, name]) for name in settings}
+            sides["onnxruntime, library default"] = onnx(library[decoder])
+            sides["saved_model"] = lambda s=signature, t=tensor: {k: v.numpy() for k, v in s(source=t).items()}
+            sides["keras_predict"] = lambda m=model, x=x, b=batch: m.predict(x, batch_size=b, verbose=0)
+            for fn in sides.values():
+                fn()  # warm-up (traces predict's function once per shape)
+            # Rotating rounds, each side with the call count that fills a round.
+            numbers = {name: _calls_per_round(fn, cfg["seconds_per_round"]) for name, fn in sides.items()}
+            per_call = {name: [] for name in sides}
+            for round_ in range(cfg["repeats"]):
+                names = list(sides)
+                for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+                    settle(sides[name])
+                    per_call[name].append(common.time_calls(sides[name], numbers[name]))
+            rate = {name: round(batch / float(np.median(t)), 1) for name, t in per_call.items()}
+            results["cells"][f"{decoder} / {batch}"] = {
+                "decoder": decoder,
+                "batch": batch,
+                "same_ids": bool(same),
+                "per_second": rate,
+                "median_ms": {name: round(1000 * float(np.median(t)), 3) for name, t in per_call.items()},
+            }
+            log(f"  {decoder}, batch {batch}: " + ", ".join(f"{name} {value:.0f}/s" for name, value in rate.items()))
     cells = list(results["cells"].values())
     relative = {name: _geomean_vs_library(cells, name) for name in settings}
     best = max(relative, key=relative.get)
