@@ -25,9 +25,12 @@ def cmudict_smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("g2p_cmudict")
     # Two models pronouncing together: the export, the serve command and the
     # serving study below all go through the ensemble (SIGMORPHON's smoke
-    # covers one model alone).
+    # covers one model alone). One after the other (--jobs 1): the ensemble
+    # of tests/test_example_g2p_sigmorphon.py trains its two side by side,
+    # each process starting TensorFlow anew (measured: 10 s of CPU).
     stdout = run(
-        "cmudict", "--smoke", "--ensemble", "2", "--out", out, "--results", out / "results" / "g2p_cmudict.json"
+        *("cmudict", "--smoke", "--ensemble", "2", "--jobs", "1", "--out", out),
+        *("--results", out / "results" / "g2p_cmudict.json"),
     )
     return out, json.loads((out / "results.json").read_text()), stdout
 
@@ -79,19 +82,17 @@ def test_smoke_model_memorises_its_fifty_words_and_exports_with_parity(cmudict_s
     assert "phonetisaurus:" in stdout
 
 
-def test_serve_command_pronounces_a_word_list(cmudict_smoke, tmp_path):
+def test_serve_command_pronounces_a_word_list(cmudict_smoke, tmp_path, capsys):
+    from keras_attention.export.serve_cli import main
+
     out, _, _ = cmudict_smoke
     words = sorted(lexicon.subset(cmudict_split()["train"], 50))[:5]
     (tmp_path / "words.txt").write_text("\n".join(words) + "\n")
-    completed = examples.run(
-        examples.SERVE,
-        out / "export",
-        "--signature",
-        "pronounce",
-        "--texts",
-        tmp_path / "words.txt",
-    )
-    lines = completed.stdout.splitlines()
+    # `keras-attention-serve`'s main in this process, TensorFlow imported already
+    # (tests/test_export.py runs the command itself).
+    capsys.readouterr()
+    assert main([str(out / "export"), "--signature", "pronounce", "--texts", str(tmp_path / "words.txt")]) in (0, None)
+    lines = capsys.readouterr().out.splitlines()
     assert [line.split("\t")[0] for line in lines] == words
     train_words = cmudict_split()["train"]
     # The memorised words come back as their phones, separated by spaces.
@@ -238,9 +239,15 @@ def test_the_results_page_is_generated_from_the_committed_results_files():
     assert report.updated_page(page) == page, "run python -m examples.g2p.report"
 
 
-def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smoke, tmp_path):
+@pytest.fixture
+def parsed_once(monkeypatch):
+    """The serving study, run in this process, reads the module's parse of CMUdict."""
+    monkeypatch.setattr(data, "cmudict_split", cmudict_split)
+
+
+def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smoke, tmp_path, parsed_once):
     out, _, _ = cmudict_smoke
-    examples.run(
+    examples.run_here(
         "examples.g2p.serving",
         out,
         *("--beam-widths", 1, 3, "--limit", 40, "--batch-size", 16),
@@ -251,7 +258,6 @@ def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smok
             tmp_path / "serving.json",
             "--int8",
         ),
-        timeout=1200,
     )
     document = json.loads((tmp_path / "serving.json").read_text())
     assert document["test_words"] == 40 and [row["beam_width"] for row in document["widths"]] == [1, 3]
@@ -281,16 +287,15 @@ def test_serving_study_scores_and_serves_each_beam_width_like_keras(cmudict_smok
     assert "| 3 | " in table and "| 3, int8 | " in table and "| Phonetisaurus |" in table
 
 
-def test_serving_study_serves_the_first_models_of_an_ensemble_alone(cmudict_smoke, tmp_path):
+def test_serving_study_serves_the_first_models_of_an_ensemble_alone(cmudict_smoke, tmp_path, parsed_once):
     out, results, _ = cmudict_smoke
-    examples.run(
+    examples.run_here(
         "examples.g2p.serving",
         out,
         *("--members", 1, "--beam-widths", 2, "--limit", 20, "--batch-size", 16),
         # No peer here: nothing to time it from.
         *("--phonetisaurus-model", tmp_path / "none.fst", "--peer", tmp_path / "none.json"),
         *("--results", tmp_path / "one.json"),
-        timeout=1200,
     )
     document = json.loads((tmp_path / "one.json").read_text())
     assert document["members"] == 1 and document["phonetisaurus"] is None

@@ -65,7 +65,7 @@ def test_sorting_targets_are_the_ascending_order():
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("pointer")
-    completed = examples.run(SCRIPT, "--smoke", "--out", out)
+    completed = examples.run_here(SCRIPT, "--smoke", "--out", out)
     return out, json.loads((out / "results.json").read_text()), completed.stdout
 
 
@@ -121,7 +121,9 @@ def test_decoding_models_share_the_trained_weights_at_any_length(smoke):
 
 
 def test_only_the_tasks_asked_for_run(tmp_path):
-    completed = examples.run(SCRIPT, "--smoke", "--tasks", "hull5", "--out", tmp_path, "--results", tmp_path / "r.json")
+    completed = examples.run_here(
+        SCRIPT, "--smoke", "--tasks", "hull5", "--out", tmp_path, "--results", tmp_path / "r.json"
+    )
     results = json.loads((tmp_path / "r.json").read_text())
     assert list(results["tasks"]) == ["hull5"] and "sort n=" not in completed.stdout
     assert sorted(Path(p).name for p in results["plots"]) == ["hull_pointers.png", "hulls.png"]
@@ -148,7 +150,7 @@ ablation = examples.load("pointer_ablation")
 
 
 def test_ablation_smoke_runs_every_variant_and_makes_its_table(tmp_path):
-    examples.run(
+    examples.run_here(
         "examples.pointer_ablation",
         "--smoke",
         "--minutes",
@@ -169,7 +171,7 @@ def test_ablation_smoke_runs_every_variant_and_makes_its_table(tmp_path):
 
 
 def test_ablation_refuses_a_budget_of_nothing():
-    completed = examples.run("examples.pointer_ablation", "--minutes", "0", check=False)
+    completed = examples.run_here("examples.pointer_ablation", "--minutes", "0", check=False)
     assert completed.returncode == 2 and "--minutes must be > 0; got 0.0" in completed.stderr
 
 

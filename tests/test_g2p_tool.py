@@ -288,9 +288,9 @@ def g2p_here(capsys, *arguments, check=True):
         ("", "error: {path}: no pronunciations found; expected 'word<TAB>phones' lines"),
     ],
 )
-def test_the_command_refuses_a_malformed_lexicon_in_one_line(tmp_path, content, expected):
+def test_the_command_refuses_a_malformed_lexicon_in_one_line(tmp_path, capsys, content, expected):
     path = write(tmp_path, "bad.tsv", content)
-    completed = g2p("train", "--lexicon", path, "--out", tmp_path / "model", check=False)
+    completed = g2p_here(capsys, "train", "--lexicon", path, "--out", tmp_path / "model", check=False)
     assert completed.returncode == 2 and "Traceback" not in completed.stderr
     assert error_lines(completed) == [expected.format(path=path)]
     assert not (tmp_path / "model").exists()
