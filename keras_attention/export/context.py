@@ -30,6 +30,10 @@ class ExportContext:
         traced: TensorFlow functions one writer traced for another to
             reuse, {signature name: function} (tracing a decode loop takes
             seconds: the SavedModel's endpoints serve tf2onnx).
+        sessions: onnxruntime sessions a writer loaded to check its file,
+            for the runners to reuse, {(signature name, precision): session}
+            (loading a decoder's file takes about a second; the writer's
+            check and the parity loaded each file twice).
 
     Example:
 
@@ -65,6 +69,7 @@ class ExportContext:
     report: object
     batches_function: object
     traced: dict = dataclasses.field(default_factory=dict)
+    sessions: dict = dataclasses.field(default_factory=dict)
     _batches: dict = dataclasses.field(default_factory=dict, repr=False)
     _expected: dict = dataclasses.field(default_factory=dict, repr=False)
 

@@ -54,7 +54,9 @@ def write(context):
     if options["quantize"]:
         begin = time.perf_counter()
         for signature in context.signatures:
-            _quantize_signature(signature.name, context.staging, context.directory, options["quantize"], context.report)
+            context.sessions[signature.name, options["quantize"]] = _quantize_signature(
+                signature.name, context.staging, context.directory, options["quantize"], context.report
+            )
         context.report.timings_s["quantize"] = round(time.perf_counter() - begin, 3)
     return paths
 
@@ -64,9 +66,18 @@ def _outputs(session, signature, arrays):
     return dict(zip(names, session.run(None, dict(zip(signature.input_names, arrays)))))
 
 
+def _loaded(context, signature, precision="float32"):
+    """The session of the signature's file at `precision` in `context.staging`:
+    the one its writer loaded to check it, else loaded now."""
+    session = context.sessions.get((signature.name, precision))
+    if session is None:
+        session = _session(context.staging / _onnx_file(signature.name, precision))
+    return session
+
+
 def runner(context):
     """`run(signature, arrays)` on the float32 ONNX files written in `context.staging`."""
-    sessions = {s.name: _session(context.staging / _onnx_file(s.name)) for s in context.signatures}
+    sessions = {s.name: _loaded(context, s) for s in context.signatures}
     return lambda signature, arrays: _outputs(sessions[signature.name], signature, arrays)
 
 
@@ -78,7 +89,7 @@ def measure_quantized(context, expected):
     if not precision:
         return
     for signature in context.signatures:
-        session = _session(context.staging / _onnx_file(signature.name, precision))
+        session = _loaded(context, signature, precision)
         actual = [_outputs(session, signature, arrays) for arrays in context.batches(signature)]
         measured = _quantized_outputs(signature, expected[signature.name], actual)
         context.report.quantized[signature.name]["outputs"] = measured
@@ -107,6 +118,7 @@ def _write_with_tf2onnx(context, signature, path):
             if padded:
                 checks.append((padded, signature.call_keras(padded)))
             _same_as_keras(signature, session, checks, context.atol)
+            context.sessions[signature.name, "float32"] = session
             context.report.notes.append(
                 f"ONNX {signature.name!r}: {directions} masked recurrent layer direction(s) run as fused "
                 f"LSTM nodes over the lengths of {lengths_from!r} (ids != 0; the padding must come "
@@ -119,7 +131,9 @@ def _write_with_tf2onnx(context, signature, path):
     function = context.traced.get(signature.name)
     if function is None:
         function = tf.function(signature.serve, input_signature=signature.input_specs, autograph=False)
-    _export_onnx(signature, function, path, context.options[NAME]["opset"])
+    context.sessions[signature.name, "float32"] = _export_onnx(
+        signature, function, path, context.options[NAME]["opset"]
+    )
 
 
 def _same_as_keras(signature, session, checks, atol):
