@@ -75,12 +75,14 @@ def data(cfg, seed=0):
 def _compile(model, jit):
     import keras
 
+    import keras_attention as ka
+
     model.compile(
         optimizer=keras.optimizers.Adam(1e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=jit,
     )
-    return common.build_optimizer(model)
+    return ka.training.build_optimizer(model)
 
 
 def _seq2seq(cfg, jit, decoder):

@@ -65,7 +65,7 @@ def _no_attention_trainer(letters, phones, config):
     logits = keras.layers.Dense(len(phones))(keras.layers.Dropout(config.dropout)(outputs))
     model = keras.Model([source, previous], logits)
     model.compile(keras.optimizers.Adam(1e-3), ka.SequenceLoss())
-    return common.build_optimizer(model)
+    return ka.training.build_optimizer(model)
 
 
 def run(quick, log, repeats=None):
@@ -91,7 +91,7 @@ def run(quick, log, repeats=None):
         config = dataclasses.replace(model_config, decoder=decoder)
         models = g2p_model.build_models(letters, phones, config, beam_alignments=beam_alignments)
         models.trainer.compile(keras.optimizers.Adam(1e-3), ka.SequenceLoss())
-        return common.build_optimizer(models.trainer), models.beam
+        return ka.training.build_optimizer(models.trainer), models.beam
 
     trainers = {name: compiled(name)[0] for name in g2p_model.DECODERS}
     trainers["no_attention"] = _no_attention_trainer(letters, phones, model_config)

@@ -244,6 +244,7 @@ def run(quick, log, repeats=None):
     import keras_hub
 
     from keras_attention.keras_hub_import import copy_from_keras_hub
+    from keras_attention.training import build_optimizer
 
     cfg = dict(QUICK if quick else FULL)
     repeats = repeats or (2 if quick else 5)
@@ -268,7 +269,7 @@ def run(quick, log, repeats=None):
             # One graph, two compiled models over the same layers: with and without XLA.
             compiled = keras.Model(model.inputs, model.outputs) if jit else model
             compiled.compile(keras.optimizers.Adam(1e-4), loss, jit_compile=jit)
-            common.build_optimizer(compiled)
+            build_optimizer(compiled)
             sides[name + ("_xla" if jit else "")] = lambda m=compiled: m.train_on_batch([source, target], labels)
     times = common.alternate(sides, repeats, warmup=1, number=1, log=log)
     result["train_step_ms"] = {name: common.summary(t) for name, t in times.items()}

@@ -131,19 +131,6 @@ def serve_worker(step, info):
         print(json.dumps({"seconds": time_calls(step, number)}), flush=True)
 
 
-def build_optimizer(model):
-    """Create a compiled model's optimizer variables before its first step.
-
-    Otherwise the first `train_on_batch` creates them while tf.function
-    traces the step, and tf.function then traces it a second time, without
-    variable creation: the same step graph, traced twice. (The quick
-    decoder section's four first steps took 17.3 s of CPU with the second
-    trace, 11.1 s without it.)
-    """
-    model.optimizer.build(model.trainable_variables)
-    return model
-
-
 def loadavg():
     try:
         return [round(x, 2) for x in os.getloadavg()]

@@ -177,6 +177,7 @@ def main(argv=None):
             metrics=["accuracy"],
             jit_compile=args.jit,
         )
+        ka.training.build_optimizer(classifier)
     classifier.summary()
     with common.Timer() as training:
         history = classifier.fit(

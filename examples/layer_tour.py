@@ -112,6 +112,7 @@ def main(argv=None):
     for name, attention in layers_to_try().items():
         trainer, inspector = build_model(attention)
         trainer.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"])
+        ka.training.build_optimizer(trainer)
         print(f"\n{name}")
         start = time.perf_counter()
         trainer.fit([x_seq, x_query], y, epochs=args.epochs, batch_size=args.batch_size, verbose=2)

@@ -241,6 +241,7 @@ def train(name, build, args, strategy, sentences):
             weighted_metrics=["accuracy"],
             jit_compile=args.jit,
         )
+        ka.training.build_optimizer(trainer)
     parameters = trainer.count_params()
     print(f"\n{name}: {parameters:,} parameters")
     if os.path.exists(done_path) and os.path.exists(model_path):

@@ -63,6 +63,7 @@ def run_variant(label, units, embedding, fresh, args, test):
     task = recipe.Task("hull", 10, units=units, embedding=embedding, epochs=1, samples=args.samples)
     trainer, greedy, beam = recipe.build_models(task, units, args.beam_width, "hull10")
     trainer.compile(optimizer=keras.optimizers.Adam(task.learning_rate, clipnorm=2.0), loss=ka.SequenceLoss())
+    ka.training.build_optimizer(trainer)
     budget = TimeBudget(args.minutes * 60, task.learning_rate)
     if fresh:
         data = recipe.batches(task, args.batch_size, args.samples, seed=args.seed)

@@ -344,6 +344,7 @@ def train(args, strategy, name, task, validation):
             loss=ka.SequenceLoss(),
             jit_compile=args.jit,
         )
+        ka.training.build_optimizer(trainer)
     # Each task resumes from its own backup: a run killed during one training
     # must not restore another's weights into it.
     task_args = copy.copy(args)

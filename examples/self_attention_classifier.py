@@ -258,6 +258,7 @@ def train_variant(variant, args, strategy, data, test):
             metrics=["accuracy"],
             jit_compile=args.jit,
         )
+        ka.training.build_optimizer(classifier)
     print(f"\n=== {variant}: {classifier.count_params()} parameters")
     with common.Timer() as training:
         history = classifier.fit(

@@ -396,6 +396,7 @@ def main(argv=None):
                 metrics=["accuracy"],
                 jit_compile=args.jit,
             )
+            ka.training.build_optimizer(classifier)
         # A backup per mode: a run killed in one mode resumes that mode only.
         mode_args = copy.copy(args)
         mode_args.out = os.path.join(args.out, mode)

@@ -342,6 +342,7 @@ def main(argv=None):
             metrics=["accuracy"],
             jit_compile=args.jit,
         )
+        ka.training.build_optimizer(trainer)
     trainer.summary()
     if args.distribute == "model":
         split = strategy.split_weights(trainer)

@@ -10,7 +10,19 @@ a mechanism is added to `layers/__init__.py` only; the cells, the losses, the
 models and the ops are picked by name below.
 """
 
-from keras_attention import batching, decoders, decoding, evaluation, generated, layers, losses, models, ops, text
+from keras_attention import (
+    batching,
+    decoders,
+    decoding,
+    evaluation,
+    generated,
+    layers,
+    losses,
+    models,
+    ops,
+    text,
+    training,
+)
 from keras_attention.cells import AttentionGRUCell, AttentionLSTMCell, AttentionWrapper
 from keras_attention.decoders import *  # noqa: F403  (decoders.__all__)
 from keras_attention.export import export_model
@@ -42,6 +54,7 @@ __all__ = [
     "sequence_loss",
     "sequence_mask",
     "text",
+    "training",
 ]
 __all__ += layers.__all__
 __all__ += decoders.__all__

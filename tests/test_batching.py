@@ -92,6 +92,7 @@ def test_fit_trains_a_seq2seq_model_on_bucketed_batches():
     )
     model = keras.Model([source, target_in], keras.layers.Dense(10)(outputs))
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ka.training.build_optimizer(model)
     batches = LengthBucketedBatches((sources, inputs), targets, batch_size=16, seed=0)
     history = model.fit(batches, epochs=3, verbose=0)
     assert len(history.history["loss"]) == 3

@@ -365,6 +365,7 @@ def test_trains_with_xla_and_unknown_lengths():
     rng = np.random.default_rng(6)
     model = seq2seq()
     model.compile(keras.optimizers.Adam(0.02), ka.SequenceLoss(), jit_compile=True)
+    ka.training.build_optimizer(model)
     batches = []
     for batch, source_length, target_length in ((8, 7, 5), (6, 4, 6), (8, 9, 3)):
         source, target = token_batch(rng, batch, source_length, 12, 2), token_batch(rng, batch, target_length, 12, 2)
@@ -680,6 +681,7 @@ def test_wrapper_around_a_cell_with_dropout_trains(make_cell):
     outputs = ka.AttentionDecoder(cell, name="decoder")(keras.layers.Embedding(12, DY, mask_zero=True)(target), memory)
     model = keras.Model([source, target], keras.layers.Dense(12)(outputs))
     model.compile(keras.optimizers.Adam(0.02), ka.SequenceLoss())
+    ka.training.build_optimizer(model)
     x = [token_batch(rng, 16, 6, 12, 2), token_batch(rng, 16, 5, 12, 2)]
     before = [ops.convert_to_numpy(w).copy() for w in cell.cell.trainable_weights]
     history = model.fit(x, x[1], batch_size=8, epochs=3, verbose=0).history["loss"]

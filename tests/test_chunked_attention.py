@@ -140,6 +140,7 @@ def test_chunked_layer_fits_with_xla_and_unknown_lengths(make):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=True,
     )
+    ka.training.build_optimizer(model)
     attention = model.get_layer("attention")
     before = [w.numpy().copy() for w in attention.trainable_weights]
     batches = [
@@ -326,6 +327,7 @@ def test_auto_chunking_with_run_time_shapes_trains_under_xla(budget, monkeypatch
         model.compile(
             keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True
         )
+        ka.training.build_optimizer(model)
         histories.append(model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0).history["loss"])
     assert np.isfinite(histories[0]).all()
     # The same losses as the unchunked twin, step after step.

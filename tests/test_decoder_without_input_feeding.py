@@ -119,6 +119,7 @@ def test_a_model_with_the_whole_sequence_path_compiles_with_xla_and_decodes_as_i
     logits = readout(ka.AttentionDecoder(cell)(target_embedding(target), memory))
     model = keras.Model([source, target], logits)
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+    ka.training.build_optimizer(model)
     rng = np.random.default_rng(2)
     x = [rng.integers(1, 9, size=(8, 6)), rng.integers(1, 7, size=(8, 4))]
     history = model.fit(x, rng.integers(1, 7, size=(8, 4)), epochs=3, verbose=0)

@@ -46,6 +46,7 @@ def test_docstring_has_formula_paper_shapes_and_a_running_example(cls):
         keras_attention.plot_attention,
         keras_attention.text.Vocabulary,
         keras_attention.batching.LengthBucketedBatches,
+        keras_attention.training.build_optimizer,
         keras_attention.generated.GeneratedBatches,
         keras_attention.evaluation.error_rates,
         keras_attention.evaluation.sequence_log_likelihoods,

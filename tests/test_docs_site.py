@@ -31,7 +31,7 @@ SCREENSHOTS = ROOT / "build" / "docs-screenshots"
 # The modules with an API page (docs/api/NAME.md), each documenting its __all__.
 API_MODULES = (
     "layers", "cells", "decoders", "decoding", "export", "models", "losses", "ops",
-    "text", "batching", "generated", "evaluation", "plot", "tfa_import", "keras_hub_import",
+    "text", "batching", "training", "generated", "evaluation", "plot", "tfa_import", "keras_hub_import",
 )  # fmt: skip
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_attention.generated import GeneratedBatches
+from keras_attention.training import build_optimizer
 
 
 def _sums(rng, batch_size):
@@ -49,6 +50,7 @@ def test_fit_sees_new_batches_every_epoch_and_a_rerun_sees_the_same():
         batches = GeneratedBatches(generate, batch_size=8, batches_per_epoch=4, seed=0)
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
         model.compile("sgd", "mse")
+        build_optimizer(model)
         model.fit(batches, epochs=3, verbose=0)
         return asked
 

@@ -11,6 +11,7 @@ import keras_attention
 from keras_attention.layers.pooling import AttentionPooling
 from keras_attention.models import hierarchical_attention_network
 from keras_attention.models.hierarchical import FoldSentences, UnfoldSentences
+from keras_attention.training import build_optimizer
 from tests.layer_cases import randomize
 from tests.test_docs import _python_blocks
 
@@ -101,6 +102,7 @@ def test_fits_with_xla_and_unknown_lengths():
         loss="sparse_categorical_crossentropy",
         jit_compile=keras.backend.backend() != "torch",
     )
+    build_optimizer(model)
     attention = [model.get_layer("word_attention"), model.get_layer("sentence_attention")]
     before = [ops.convert_to_numpy(w).copy() for layer in attention for w in layer.trainable_weights]
     x, y = documents(rng, 16, 3, 6), rng.integers(0, CLASSES, size=16)

@@ -405,12 +405,9 @@ def test_functional_model_with_unknown_lengths_fits_with_xla(case):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=FIT_JIT_COMPILE,
     )
-    # Adam's slots made before fit, as Keras itself does on JAX and PyTorch: on
-    # TensorFlow, fit builds them inside the first trace of its step, and a
-    # step that creates variables is traced again (measured: the
-    # transformer_encoder_layer row's fit 6.4 -> 3.8 s CPU; this test's 33
-    # rows on TensorFlow 147 -> 105 s).
-    model.optimizer.build(model.trainable_variables)
+    # On TensorFlow the step is then traced once per shape, not twice for the
+    # first (this test's 33 rows: 147 -> 105 s of CPU).
+    ka.training.build_optimizer(model)
     attention = model.get_layer(case.id)
     before = [w.numpy().copy() for w in attention.trainable_weights]
     batches = [

@@ -6,6 +6,7 @@ import pytest
 from keras import ops
 
 from keras_attention.losses import SequenceLoss, sequence_loss
+from keras_attention.training import build_optimizer
 
 pytestmark = pytest.mark.any_backend
 
@@ -82,6 +83,7 @@ def test_trains_a_model_with_padding_masks():
     # torch.compile (20 s of compilation for three steps), so eager there.
     jit_compile = keras.backend.backend() != "torch"
     model.compile(keras.optimizers.Adam(0.05), loss=SequenceLoss(), jit_compile=jit_compile)
+    build_optimizer(model)
     x = np.array([[1, 2, 3, 0], [4, 5, 0, 0]], "int32")
     history = model.fit(x, x, epochs=3, verbose=0)
     assert np.isfinite(history.history["loss"]).all()

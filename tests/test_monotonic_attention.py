@@ -500,6 +500,7 @@ def test_trains_with_xla_and_unknown_lengths(kind, attention_kwargs):
     rng = np.random.default_rng(9)
     model = seq2seq(kind, with_alignments=False, **attention_kwargs)
     model.compile(keras.optimizers.Adam(0.02), ka.SequenceLoss(), jit_compile=True)
+    ka.training.build_optimizer(model)
     batches = []
     for batch, source_length, target_length in ((8, 7, 5), (6, 4, 6), (8, 9, 3)):
         source, target = token_batch(rng, batch, source_length, 12, 2), token_batch(rng, batch, target_length, 12, 2)

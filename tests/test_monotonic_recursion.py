@@ -58,6 +58,7 @@ def test_a_decoder_with_recursive_monotonic_attention_takes_a_training_step():
     outputs = ka.AttentionDecoder(cell)(targets, memory)
     model = keras.Model([targets, memory], keras.layers.Dense(3)(outputs))
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    ka.training.build_optimizer(model)
     x = [rng.normal(size=(4, 3, 5)).astype("float32"), rng.normal(size=(4, 6, 7)).astype("float32")]
     y = rng.normal(size=(4, 3, 3)).astype("float32")
     before = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]

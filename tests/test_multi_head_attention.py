@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import keras_attention
 from keras_attention.layers.multi_head import MultiHeadAttention
+from keras_attention.training import build_optimizer
 from tests import reference
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
 from tests.layer_cases import lengths_mask, randomize, token_batch
@@ -439,6 +440,7 @@ def test_functional_model_with_unknown_lengths_fits_with_xla():
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=True,
     )
+    build_optimizer(model)
     layers = [model.get_layer("self_attention"), model.get_layer("attention")]
     before = [w.numpy().copy() for layer in layers for w in layer.trainable_weights]
     x = [token_batch(rng, 16, 7), token_batch(rng, 16, 5)]

@@ -264,6 +264,7 @@ def trained():
     network = PointerNetwork(32, max_length=N + 1, name="pointer_network")
     train, infer = pointer_models(network)
     train.compile(keras.optimizers.Adam(0.01), loss=ka.SequenceLoss(), jit_compile=True)
+    ka.training.build_optimizer(train)
     numbers, targets, _ = sorting_batch(rng, 4096)
     before = float(train.evaluate([numbers[:512], targets[:512]], targets[:512], verbose=0))
     history = train.fit([numbers, targets], targets, batch_size=128, epochs=4, verbose=0)

@@ -60,6 +60,7 @@ SUBPACKAGES = [
     "keras_attention.plot",
     "keras_attention.text",
     "keras_attention.batching",
+    "keras_attention.training",
     "keras_attention.evaluation",
     "keras_attention.generated",
     "keras_attention.g2p",
@@ -70,7 +71,7 @@ ROOT = PACKAGE_DIR.parent
 
 
 # Added since, each deliberately.
-ADDED_NAMES = {"decoders", "stepwise_models", "EnsembleDecoder", "ScheduledSamplingDecoder", "generated"}
+ADDED_NAMES = {"decoders", "stepwise_models", "EnsembleDecoder", "ScheduledSamplingDecoder", "generated", "training"}
 
 
 def test_the_public_set_is_the_one_before_plus_the_added_names():

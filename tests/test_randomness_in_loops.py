@@ -93,6 +93,7 @@ def test_a_training_step_through_the_noisy_loop_reaches_the_attention(kind):
     outputs, _ = decoder(target_in, memory_in)
     model = keras.Model([target_in, memory_in], keras.layers.Dense(2)(outputs))
     model.compile(keras.optimizers.SGD(0.5), "mse")
+    ka.training.build_optimizer(model)
     attention = decoder.cell.attention
     before = [ops.convert_to_numpy(w) for w in attention.trainable_weights]
     loss = model.train_on_batch([inputs, memory], np.ones((B, TT, 2), "float32"))

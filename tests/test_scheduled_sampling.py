@@ -185,6 +185,7 @@ def test_a_translation_model_trains_with_xla_and_decodes_with_the_same_layers(tm
     )
     model = keras.Model([source, target_in], decoder(target_in, memory))
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+    ka.training.build_optimizer(model)
     rng = np.random.default_rng(0)
     x = rng.integers(1, VOCABULARY, size=(16, 5)).astype("int32")
     y_in = np.concatenate([np.ones((16, 1), "int32"), x[:, :-1]], 1)

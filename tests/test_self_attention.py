@@ -11,6 +11,7 @@ from keras_attention.layers.additive import AdditiveAttention
 from keras_attention.layers.dot import DotAttention
 from keras_attention.layers.hard import HardAttention
 from keras_attention.layers.self_attention import SelfAttention
+from keras_attention.training import build_optimizer
 from tests import reference
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
 from tests.layer_cases import lengths_mask, randomize, token_batch, weights_of
@@ -444,6 +445,7 @@ def test_functional_model_with_unknown_lengths_fits_with_xla():
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=True,
     )
+    build_optimizer(model)
     attention = model.get_layer("attention")
     before = [w.numpy().copy() for w in attention.trainable_weights]
     x, y = token_batch(rng, 16, 7), rng.integers(0, 3, size=16)

@@ -13,6 +13,7 @@ import tensorflow as tf
 import keras_attention
 from keras_attention import _checks
 from keras_attention.layers.targeted import TargetedAttention
+from keras_attention.training import build_optimizer
 from tests.export_check import assert_export_parity
 from tests.gradient_check import assert_input_gradients_match, assert_weight_gradients_match
 from tests.layer_cases import lengths_mask, randomize_model, token_batch
@@ -419,6 +420,7 @@ def test_bilstm_model_with_unknown_lengths_fits_with_xla(mode):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=True,
     )
+    build_optimizer(model)
     assert model.jit_compile, "Keras turned XLA off for this model"
     attention = model.get_layer("attention")
     before = [w.numpy().copy() for w in attention.trainable_weights]

@@ -214,6 +214,7 @@ def test_the_teacher_forced_model_trains_and_the_decoder_reproduces_what_it_lear
     transformer.trainer.compile(
         keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     )
+    ka.training.build_optimizer(transformer.trainer)
     history = transformer.trainer.fit([SOURCE, inputs], targets, epochs=60, batch_size=3, verbose=0)
     assert history.history["loss"][-1] < 0.1 * history.history["loss"][0]
     decoded = transformer.decoder(method="beam", beam_width=2)(transformer.encode(SOURCE))

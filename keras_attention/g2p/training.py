@@ -13,6 +13,7 @@ import numpy as np
 from keras_attention.batching import LengthBucketedBatches
 from keras_attention.g2p.pronounce import score
 from keras_attention.losses import SequenceLoss
+from keras_attention.training import build_optimizer
 
 
 @dataclasses.dataclass
@@ -168,6 +169,8 @@ def train(trainer, greedy, data, letters, phones, config, out, verbose=None, lab
         schedule, clipnorm=config.clipnorm, use_ema=config.ema_epochs > 0, ema_momentum=momentum
     )
     trainer.compile(optimizer, SequenceLoss(label_smoothing=config.label_smoothing), jit_compile=config.jit)
+    # On TensorFlow the first step is then traced once, not twice (keras_attention.training).
+    build_optimizer(trainer)
     best_path = os.path.join(out, "best.weights.h5")
     clock = EpochClock()
     evaluation = DevEvaluation(
