@@ -26,6 +26,14 @@ from keras_attention import (
 from keras_attention.cells import AttentionGRUCell, AttentionLSTMCell, AttentionWrapper
 from keras_attention.decoders import *  # noqa: F403  (decoders.__all__)
 from keras_attention.export import export_model
+
+# The G2P tool's models use two layers of their own (`WithoutMask`,
+# `ScaledEmbedding`). Keras finds a custom class only once its module has
+# run, so without these imports `import keras_attention` would not be
+# enough to load the `.keras` files the tool writes (with
+# `keras.saving.load_model` or `keras-attention-export`).
+from keras_attention.g2p import model as _g2p_model  # noqa: F401
+from keras_attention.g2p import transformer_model as _g2p_transformer_model  # noqa: F401
 from keras_attention.layers import *  # noqa: F403  (layers.__all__)
 from keras_attention.losses import SequenceLoss, sequence_loss
 from keras_attention.models import PointerNetwork

@@ -566,3 +566,30 @@ def test_the_size_knobs_override_the_rule_and_are_recorded(tmp_path):
     )
     assert chosen["training"]["warmup_steps"] == 300
     assert chosen["estimated_minutes"] > before  # a larger model, re-estimated
+
+
+def test_import_keras_attention_alone_loads_every_keras_file_the_tool_writes(trained, trained_transformer, tmp_path):
+    """A user loading the tool's `.keras` files needs `import keras_attention` only, not the tool's
+    modules (which register its layers `WithoutMask` and `ScaledEmbedding`): loaded in a fresh
+    process, each LSTM and Transformer trainer computes what it computes loaded here."""
+    import keras
+
+    files = sorted(str(path) for model, *_ in (trained, trained_transformer) for path in model.rglob("*.keras"))
+    assert len(files) == 2, files
+    inputs = [np.array([[1, 2, 3, 4], [4, 3, 0, 0]], "int32"), np.array([[1, 2, 3], [3, 2, 1]], "int32")]
+    np.savez(tmp_path / "inputs.npz", *inputs)
+    script = (
+        "import sys, keras, numpy as np, keras_attention\n"
+        "inputs = list(np.load(sys.argv[1]).values())\n"
+        "for k, path in enumerate(sys.argv[3:]):\n"
+        "    outputs = keras.saving.load_model(path, compile=False)(inputs)\n"
+        "    np.save(f'{sys.argv[2]}/{k}.npy', keras.ops.convert_to_numpy(outputs))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script, tmp_path / "inputs.npz", tmp_path, *files],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    for k, path in enumerate(files):
+        here = keras.ops.convert_to_numpy(keras.saving.load_model(path, compile=False)(inputs))
+        np.testing.assert_allclose(np.load(tmp_path / f"{k}.npy"), here, atol=1e-6, err_msg=path)
