@@ -197,6 +197,7 @@ def test_teacher_forced_and_decoding_signatures_match_keras(seq2seq):
 
     # A batch size and source length never traced nor verified: ids still exactly equal.
     sources = token_batch(np.random.default_rng(3), 6, 12, VOCABULARY, 2)
+    restored = tf.saved_model.load(str(directory / "saved_model"))  # once: both signatures are in it
     for signature, model in (("translate", seq2seq["greedy"]), ("translate_beam", seq2seq["beam"])):
         want = {k: np.asarray(v) for k, v in model(sources).items()}
         assert len(np.unique(want["ids"])) > 2, "random weights should decode varied ids"
@@ -204,7 +205,6 @@ def test_teacher_forced_and_decoding_signatures_match_keras(seq2seq):
         got = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"source": sources})))
         np.testing.assert_array_equal(got["ids"], want["ids"])
         np.testing.assert_allclose(got["alignments"], want["alignments"], atol=1e-4)
-        restored = tf.saved_model.load(str(directory / "saved_model"))
         served = restored.signatures[signature](source=tf.constant(sources))
         np.testing.assert_array_equal(served["ids"], want["ids"])
 
