@@ -49,13 +49,24 @@ def _valid(output, ids):
     return output * (ids != 0)[..., None] if output.ndim == 3 else output
 
 
+@pytest.fixture(scope="module")
+def stacked_export(tmp_path_factory):
+    """The default encoder (two masked bidirectional LSTMs) exported once, as
+    `_export` does it: two tests read the same file."""
+    model = _encoder()
+    return (model, *_export(model, tmp_path_factory.mktemp("stacked") / "export"))
+
+
 @pytest.mark.parametrize("bidirectional", [True, False], ids=["bidirectional", "forward"])
-def test_masked_encoders_become_fused_nodes_with_keras_outputs(bidirectional, tmp_path):
+def test_masked_encoders_become_fused_nodes_with_keras_outputs(bidirectional, tmp_path, request):
     # A lone LSTM's sequence repeats its last output over the padding, where
     # the fused node writes zeros: its states alone are served here (the
     # sequence is the next test's).
-    model = _encoder(bidirectional=bidirectional, sequence=bidirectional)
-    report, ops, session = _export(model, tmp_path / "export")
+    if bidirectional:
+        model, report, ops, session = request.getfixturevalue("stacked_export")
+    else:
+        model = _encoder(bidirectional=False, sequence=False)
+        report, ops, session = _export(model, tmp_path / "export")
     assert ops["LSTM"] == 2 and ops["Loop"] == 0, ops
     assert any("masked recurrent layer direction(s) run as fused" in note for note in report.notes), report.notes
     assert all(row.ok for row in report.parity)
@@ -80,10 +91,10 @@ def test_gru_layers_stay_loops_with_their_masks(tmp_path):
     assert all(row.ok for row in report.parity)
 
 
-def test_an_empty_batch_and_empty_rows_are_served(tmp_path):
+def test_an_empty_batch_and_empty_rows_are_served(stacked_export):
     # onnxruntime's LSTM aborts the whole process on a batch of 0: the fused
     # nodes get one row of zeros then, sliced off again.
-    _, _, session = _export(_encoder(), tmp_path / "export")
+    _, _, _, session = stacked_export
     names = [o.name for o in session.get_outputs()]
     for shape in [(0, 5), (3, 1)]:
         outputs = dict(zip(names, session.run(None, {"ids": np.zeros(shape, "int32")})))
