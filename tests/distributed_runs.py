@@ -7,7 +7,8 @@ here before anything runs):
 
     KERAS_BACKEND=tensorflow python -m tests.distributed_runs data_parallel lstm
     XLA_FLAGS=--xla_force_host_platform_device_count=4 KERAS_BACKEND=jax \\
-        python -m tests.distributed_runs model_parallel_greedy,model_parallel_beam transformer
+        python -m tests.distributed_runs model_parallel_greedy,model_parallel_beam transformer \\
+        model_parallel_training lstm
 
 It prints one JSON line per check: for each model, what both runs produced (batch
 losses, weights, outputs, gradients, decoded ids), as differences and raw
@@ -313,25 +314,30 @@ RUNS = {
 
 
 def main(argv):
-    """`CHECK[,CHECK...] MODEL [--option VALUE ...]`: one JSON line per check, in order (several
-    checks share one process's start-up; each builds its own models, in its own distribution
-    scope). The options go to each check as keyword arguments (`--save-every 2`: save_every=2;
-    a value that reads as an integer is one)."""
-    checks, kind = argv[0].split(","), argv[1]
-    if len(argv[2:]) % 2 or not all(name.startswith("--") for name in argv[2::2]):
-        raise SystemExit(f"distributed_runs: expected --option VALUE pairs after the model; got {argv[2:]}")
+    """`CHECK[,CHECK...] MODEL [CHECK[,CHECK...] MODEL ...] [--option VALUE ...]`: one JSON line
+    per check, in order (several checks, of one model or of several, share one process's start-up
+    and its compilations; each builds its own models, in its own distribution scope). The options
+    go to each check as keyword arguments (`--save-every 2`: save_every=2; a value that reads as
+    an integer is one)."""
+    positional = next((i for i, argument in enumerate(argv) if argument.startswith("--")), len(argv))
+    runs, rest = argv[:positional], argv[positional:]
+    if not runs or len(runs) % 2:
+        raise SystemExit(f"distributed_runs: expected CHECK[,CHECK...] MODEL pairs; got {runs}")
+    if len(rest) % 2 or not all(name.startswith("--") for name in rest[::2]):
+        raise SystemExit(f"distributed_runs: expected --option VALUE pairs after the models; got {rest}")
     options = {
         name[2:].replace("-", "_"): int(value) if value.lstrip("-").isdigit() else value
-        for name, value in zip(argv[2::2], argv[3::2], strict=True)
+        for name, value in zip(rest[::2], rest[1::2], strict=True)
     }
     backend = keras.backend.backend()
-    for check in checks:
+    pairs = [(check, kind) for checks, kind in zip(runs[::2], runs[1::2], strict=True) for check in checks.split(",")]
+    for check, kind in pairs:
         if (check, backend) not in RUNS or kind not in MODELS:
             raise SystemExit(
                 f"distributed_runs: no {check!r} run of {kind!r} on the {backend} backend; "
                 f"runs: {sorted(RUNS)}, models: {MODELS}"
             )
-    for check in checks:
+    for check, kind in pairs:
         report = RUNS[check, backend](kind, **options)
         print(json.dumps({"backend": backend, "check": check, "model": kind, "report": report}), flush=True)
 
