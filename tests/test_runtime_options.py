@@ -291,10 +291,19 @@ def memory_batch(seed=0, batch=3):
     return memory, mask
 
 
+def built(decoder, memory, members=1):
+    """`decoder` built by a symbolic call over memories shaped as `memory`: an
+    eager call decoded a batch only to build it (on TensorFlow its loop step by
+    step in Python)."""
+    inputs = keras.Input((None, memory.shape[-1])), keras.Input((None,), dtype="bool")
+    decoder(inputs[0] if members == 1 else [inputs[0]] * members, memory_mask=inputs[1])
+    return decoder
+
+
 def sharpened(decoder, memory, mask, scale=3.0, end_bias=1.0):
     """Build `decoder` and scale its read-out (an untrained decoder is
     nearly uniform), the end token (2) made tempting or not."""
-    decoder(memory, memory_mask=mask)
+    built(decoder, memory)
     # Weights from NumPy at each initialiser's own scale: the same decoder on
     # every backend (Keras's seeded initialisers draw differently on each),
     # so the scales below let each option matter everywhere.
@@ -349,8 +358,7 @@ def test_a_value_per_example_equals_a_decoder_built_with_it(name):
             beam_width=3,
             **{**constructor, name: None if (name, value) == ("top_k", 0) else value},
         )
-        fixed(memory, memory_mask=mask)
-        fixed.set_weights(runtime.get_weights())
+        built(fixed, memory).set_weights(runtime.get_weights())
         want = {k: ops.convert_to_numpy(v) for k, v in fixed(memory, memory_mask=mask, options=seeds).items()}
         width = want["ids"].shape[-1]
         np.testing.assert_array_equal(got["ids"][example][..., :width], want["ids"][example], err_msg=f"{name}={value}")
@@ -366,8 +374,7 @@ def test_max_length_per_request_is_a_decoder_of_that_max_length():
     runtime = sharpened(make_decoder(("max_length",), method="beam", beam_width=3), memory, mask, scale=0.3)
     got = ops.convert_to_numpy(runtime(memory, memory_mask=mask, options={"max_length": 4})["ids"])
     short = make_decoder(method="beam", beam_width=3, max_length=4)
-    short(memory, memory_mask=mask)
-    short.set_weights(runtime.get_weights())
+    built(short, memory).set_weights(runtime.get_weights())
     want = ops.convert_to_numpy(short(memory, memory_mask=mask)["ids"])
     np.testing.assert_array_equal(got[..., :4], want)
     assert (got[..., 4:] == 2).all() and not (want == 2).all()
@@ -430,7 +437,7 @@ def ensemble_of(runtime_options, **options):
 def test_the_ensemble_takes_runtime_options_as_every_search_does():
     memory, mask = memory_batch()
     runtime = ensemble_of(("max_length", "length_penalty_weight"), method="beam", beam_width=3)
-    runtime([memory, memory], memory_mask=mask)
+    built(runtime, memory, members=2)
     got = ops.convert_to_numpy(
         runtime([memory, memory], memory_mask=mask, options={"max_length": [3, 8, 6], "length_penalty_weight": 2.0})[
             "ids"
@@ -438,8 +445,7 @@ def test_the_ensemble_takes_runtime_options_as_every_search_does():
     )
     for example, longest in enumerate([3, 8, 6]):
         fixed = ensemble_of((), method="beam", beam_width=3, max_length=longest, length_penalty_weight=2.0)
-        fixed([memory, memory], memory_mask=mask)
-        fixed.set_weights(runtime.get_weights())
+        built(fixed, memory, members=2).set_weights(runtime.get_weights())
         want = ops.convert_to_numpy(fixed([memory, memory], memory_mask=mask)["ids"])[example]
         np.testing.assert_array_equal(got[example, :, :longest], want)
         assert (got[example, :, longest:] == 2).all()
