@@ -122,9 +122,16 @@ def data(rng, dtype="float32"):
     return inputs, memory, mask
 
 
+def symbolic(array):
+    """A `keras.Input` of `array`'s feature size, its batch and lengths unknown: a
+    layer built by a call on it is built as by an eager call, without a run (on
+    TensorFlow, an eager decoding runs its loop step by step in Python)."""
+    return keras.Input((None,) * (array.ndim - 2) + array.shape[-1:], dtype=array.dtype)
+
+
 def build_decoder(cell, rng, inputs, memory, **kwargs):
     decoder = ka.AttentionDecoder(cell, return_state=True, return_alignments=True, **kwargs)
-    decoder(inputs, memory)
+    decoder(symbolic(inputs), symbolic(memory))
     randomize(cell, rng)
     return decoder
 
@@ -386,7 +393,7 @@ def trained_parts(rng):
     embedding, output_layer = keras.layers.Embedding(9, DY), keras.layers.Dense(9)
     decoder = ka.InferenceDecoder(cell, embedding, output_layer, start_token=1, end_token=2, max_length=6)
     memory = rng.normal(size=(B, TS, DM)).astype("float32")
-    decoder(memory)
+    decoder(symbolic(memory))
     for layer in (cell, embedding, output_layer):
         randomize(layer, rng)
     return cell, embedding, output_layer, memory
