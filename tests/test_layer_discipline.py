@@ -271,9 +271,16 @@ def _ordinary(rng, dtype="float32", batch=3, query_length=3, value_length=4):
     return data(rng, batch, query_length, value_length, dtype=dtype, **lengths)
 
 
-def _built(case, rng, inputs, dtype="float32"):
-    layer = case.make(dtype=dtype)
-    case.run(layer, *inputs)
+def _build(case, layer, dtype="float32"):
+    """Build `layer` by a symbolic call on the shared inputs: an eager call
+    only built it too, at the cost of a run of every op and loop (on JAX a
+    decoder's loop traced and compiled for each)."""
+    case.run(layer, *model_inputs(dtype).values())
+    return layer
+
+
+def _built(case, rng, dtype="float32"):
+    layer = _build(case, case.make(dtype=dtype), dtype)
     randomize(layer, rng)
     return layer
 
@@ -282,12 +289,12 @@ def _built(case, rng, inputs, dtype="float32"):
 def test_get_config_round_trip_gives_identical_outputs(case):
     rng = np.random.default_rng(6)
     inputs = _ordinary(rng)
-    layer = _built(case, rng, inputs)
+    layer = _built(case, rng)
     config = layer.get_config()
     assert {key: config[key] for key in case.config} == case.config
     clone = type(layer).from_config(config)
     assert clone.get_config() == config
-    case.run(clone, *inputs)
+    _build(case, clone)
     clone.set_weights(layer.get_weights())
     got, want = case.run(clone, *inputs), case.run(layer, *inputs)
     assert got.keys() == want.keys() and len(clone.losses) == len(layer.losses)
@@ -338,7 +345,7 @@ def test_every_row_s_gradients_match_finite_differences_in_float64(case):
     query, value, query_valid, value_valid = data(
         rng, 2, 2, 3, query_lengths=[2, 1], value_lengths=[3, 2], dtype="float64"
     )
-    layer = _built(case, rng, (query, value, query_valid, value_valid), dtype="float64")
+    layer = _built(case, rng, dtype="float64")
     shape = case.readout(case.run(layer, query, value, query_valid, value_valid)).shape
     readout = rng.normal(size=shape)
 
