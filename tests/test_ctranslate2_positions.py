@@ -16,9 +16,13 @@ import numpy as np
 import pytest
 from keras import ops
 
-ctranslate2 = pytest.importorskip(
-    "ctranslate2", reason="CTranslate2 is not installed: pip install 'keras-attention-decoders[ctranslate2]'"
+# Imported through the package, which imports CTranslate2 first with its
+# int8-safe CPU backend (keras_attention/export/ctranslate2/library.py).
+pytest.importorskip(
+    "keras_attention.export.ctranslate2",
+    reason="CTranslate2 is not installed: pip install 'keras-attention-decoders[ctranslate2]'",
 )
+import ctranslate2  # noqa: E402
 
 import keras_attention as ka  # noqa: E402
 from keras_attention.export.ctranslate2 import (  # noqa: E402

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip(
-    "ctranslate2", reason="CTranslate2 is not installed: pip install 'keras-attention-decoders[ctranslate2]'"
+    "keras_attention.export.ctranslate2",
+    reason="CTranslate2 is not installed: pip install 'keras-attention-decoders[ctranslate2]'",
 )
 
 from keras_attention.export.ctranslate2 import export_ctranslate2, translate_ids  # noqa: E402

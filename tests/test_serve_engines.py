@@ -190,7 +190,8 @@ def converted(tmp_path_factory):
     """test_ctranslate2.py's pre-norm Transformer as a CTranslate2 model
     directory, and the export's vocabulary.json beside it (not inside)."""
     pytest.importorskip(
-        "ctranslate2", reason="CTranslate2 is not installed: pip install 'keras-attention-decoders[ctranslate2]'"
+        "keras_attention.export.ctranslate2",
+        reason="CTranslate2 is not installed: pip install 'keras-attention-decoders[ctranslate2]'",
     )
     from keras_attention.export.vocabulary import vocabulary_json
     from tests.test_ctranslate2 import SOURCE_TOKENS, TARGET_TOKENS, Seq2Seq

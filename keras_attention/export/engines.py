@@ -237,9 +237,10 @@ class _CTranslate2:
                 f"--engine ctranslate2: {str(directory)!r} is not a CTranslate2 model directory (no model.bin and "
                 "config.json); write one with keras_attention.export.ctranslate2.export_ctranslate2."
             )
-        import ctranslate2
-
         from keras_attention.export.ctranslate2 import runner
+        from keras_attention.export.ctranslate2.library import import_ctranslate2
+
+        ctranslate2 = import_ctranslate2()
 
         self.directory, self.beam_size = directory, beam_size
         files = runner.read_model(directory)

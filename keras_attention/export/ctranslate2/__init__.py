@@ -58,14 +58,18 @@ before CTranslate2 runs, naming the input, its value and the limit.
 The modules: `converter` (the checks and `KerasTransformerConverter`, which
 fills the spec), `writer` (`export_ctranslate2`: the directory, written
 beside itself and renamed into place), `positions` (the recorded limits and
-the checks against them) and `runner` (`translate_ids`, and `read_model`,
+the checks against them), `library` (CTranslate2 imported with a CPU backend
+whose int8 products do not saturate) and `runner` (`translate_ids`, and `read_model`,
 which reads a directory's vocabularies and limits once while its files are
 unchanged).
 """
 
 INSTALL = "pip install 'keras-attention-decoders[ctranslate2]'"
 try:
-    import ctranslate2  # noqa: F401
+    # Before any module of the package imports it (library.py says why).
+    from keras_attention.export.ctranslate2.library import import_ctranslate2
+
+    import_ctranslate2()
 except ImportError as error:  # the package is the extra's: say how to get it
     raise ImportError(f"keras_attention.export.ctranslate2 needs CTranslate2: {INSTALL}") from error
 
