@@ -380,3 +380,63 @@ def test_a_row_cut_by_a_run_time_max_length_is_served_as_unfinished(sample_expor
     assert note == (
         [f"note: rows {cut} were cut at max_length (no end token; output `finished` false)."] if cut else []
     )
+
+
+class _Filters(keras.layers.Layer):
+    """The three cuts of the sampled distribution, each with its value per example."""
+
+    def call(self, logits, typical_p, epsilon_cutoff, eta_cutoff):
+        return {
+            "typical": ka.decoding.typical_sampling.typical_filter(logits, typical_p),
+            "epsilon": ka.decoding.epsilon_sampling.epsilon_filter(logits, epsilon_cutoff),
+            "eta": ka.decoding.eta_sampling.eta_filter(logits, eta_cutoff),
+        }
+
+
+def test_the_typical_epsilon_and_eta_cuts_agree_in_keras_saved_model_and_onnx(tmp_path):
+    """Each filter's graph exported (its loop is `FilteredSampling`'s, the
+    decoder below exports it with typical sampling's cut, the one with a sort)."""
+    names = ("typical_p", "epsilon_cutoff", "eta_cutoff")
+    logits = keras.Input((None,), name="logits")
+    values = {name: keras.Input((), name=name) for name in names}
+    model = keras.Model({"logits": logits, **values}, _Filters()(logits, *values.values()))
+    rng = np.random.default_rng(0)
+    batch = {"logits": rng.normal(0, 2, (5, 11)).astype("float32")}
+    batch["logits"][3, :4] = 1.5  # ties at the boundary
+    batch["logits"][4, 6:] = ka.decoding.NEG_INF  # tokens forbidden before the cut
+    cuts = {"typical_p": [0.05, 0.5, 1.0, 0.3, 0.9], "epsilon_cutoff": [0.0, 0.05, 0.2, 1.0, 0.1]}
+    cuts["eta_cutoff"] = [0.6, 0.0, 0.05, 0.3, 0.2]
+    batches = [{**batch, **{k: np.asarray(v, "float32") for k, v in cuts.items()}}]
+    batches.append({"logits": np.zeros((0, 11), "float32"), **{k: np.zeros((0,), "float32") for k in names}})
+    report = export_model(model, tmp_path / "export", sample_inputs=batches)
+    assert report.ok
+    for name in ("typical", "epsilon", "eta"):
+        for format in ("saved_model", "onnx"):
+            assert report.max_abs_diff(format, name) == 0, (name, format)
+    served = run_onnx(tmp_path / "export", batches[0])["outputs"]
+    for name in ("typical", "epsilon", "eta"):
+        kept = served[name] > ka.decoding.NEG_INF / 2
+        assert kept.any(1).all() and not kept.all(), name  # a real cut, never an empty one
+
+
+def test_a_typical_sampling_decoder_agrees_in_keras_saved_model_and_onnx(tmp_path):
+    keras.utils.set_random_seed(0)
+    source = keras.Input((None,), dtype="int32", name="source")
+    embedding = keras.layers.Embedding(VOCABULARY, 6, mask_zero=True)
+    decoder = make_decoder(("typical_p", "seed"), max_length=6, method="typical", seed=0)
+    options = decoder.option_inputs()
+    model = keras.Model({"source": source, **options}, decoder(embedding(source), options=options))
+    for layer in (embedding, decoder.embedding):
+        layer.set_weights([w * 10.0 for w in layer.get_weights()])
+    kernel, _ = decoder.output_layer.get_weights()
+    bias = np.random.default_rng(0).normal(0, 0.5, VOCABULARY) - 0.5 * (np.arange(VOCABULARY) == 2)
+    decoder.output_layer.set_weights([kernel * 3.0, bias])
+    seeds = {"source": sources(), "seed": [101, 102, 103]}
+    batches = [{**seeds, "typical_p": [0.05, 0.5, 1.0]}, {**seeds, "typical_p": 0.9}]
+    report = export_model(model, tmp_path / "export", sample_inputs=batches)
+    for format in ("saved_model", "onnx"):
+        assert report.max_abs_diff(format, "ids") == 0 and report.max_abs_diff(format, "scores") <= 1e-4
+    options = report.signatures["serving_default"]["options"]
+    assert options["typical_p"] == {"dtype": "float32", "default": 0.95, "minimum": 0, "strict": True, "maximum": 1}
+    served = [run_onnx(tmp_path / "export", batch)["outputs"]["ids"] for batch in batches]
+    assert not np.array_equal(served[0], served[1])  # the request's value reaches the loop

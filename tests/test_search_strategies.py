@@ -27,7 +27,9 @@ def table_step(seed=0, batch=2):
 
 
 def test_the_registry_finds_each_strategy_by_name():
-    assert list(strategies.registered()) == ["greedy", "sample", "beam", "diverse_beam", "min_p", "refilling_beam"]
+    assert list(strategies.registered()) == [
+        *("greedy", "sample", "beam", "diverse_beam", "epsilon", "typical", "eta", "min_p", "refilling_beam")
+    ]
     assert isinstance(decoding.get("greedy"), GreedySearch)
     assert isinstance(decoding.get("sample"), SamplingSearch)
     assert decoding.get("beam").beam_width == 4
@@ -35,7 +37,8 @@ def test_the_registry_finds_each_strategy_by_name():
     assert decoding.get(given) is given
     with pytest.raises(
         ValueError,
-        match=r"must be one of \['greedy', 'sample', 'beam', 'diverse_beam', 'min_p', 'refilling_beam'\].*got 'nucleus'",
+        match=r"must be one of \['greedy', 'sample', 'beam', 'diverse_beam', 'epsilon', 'typical', 'eta', 'min_p', "
+        r"'refilling_beam'\].*got 'nucleus'",
     ):
         decoding.get("nucleus")
 
@@ -105,7 +108,8 @@ def test_the_runtime_option_table_is_derived_from_the_declarations():
             declared[field.name] = declared.get(field.name, ()) + (name,)
     assert {name: option.methods for name, option in RUNTIME_OPTIONS.items()} == declared
     assert RUNTIME_OPTIONS["top_p"].maximum == 1 and RUNTIME_OPTIONS["temperature"].strict
-    assert RUNTIME_OPTIONS["seed"].methods == ("sample", "min_p") and RUNTIME_OPTIONS["min_p"].methods == ("min_p",)
+    assert RUNTIME_OPTIONS["seed"].methods == ("sample", "epsilon", "typical", "eta", "min_p")
+    assert RUNTIME_OPTIONS["min_p"].methods == ("min_p",) and RUNTIME_OPTIONS["typical_p"].methods == ("typical",)
     # Every field of every strategy is classified: run-time, or fixed with a reason.
     for strategy in strategies.registered().values():
         for name in strategy.fields():

@@ -1,8 +1,10 @@
 """In-graph decoding over any step function `step(ids, state, time) -> (logits, state)`.
 
 Search strategies are objects too (`GreedySearch`, `SamplingSearch`,
-`BeamSearch`, `DiverseBeamSearch`, `MinPSampling`, `RefillingBeamSearch`),
-registered by name: `get("beam")`.
+`BeamSearch`, `DiverseBeamSearch`, `MinPSampling`, `RefillingBeamSearch`,
+`TypicalSampling`, `EpsilonSampling`, `EtaSampling`), registered by name:
+`get("beam")`; the sampling strategies that cut the distribution first share
+`FilteredSampling`.
 
 Greedy search, sampling and beam search run inside `keras.ops.while_loop`, so
 they compile with XLA and export, loop included, to SavedModel and ONNX.
@@ -28,24 +30,32 @@ from keras_attention.decoding.beam_steps import (
 from keras_attention.decoding.beams import beam_rows, gather_beams, gather_tree, reorder_beams, tile_batch, write_step
 from keras_attention.decoding.constraints import constrained_step, relative_max_lengths, top_p_filter
 from keras_attention.decoding.diverse_beam import DiverseBeamSearch
+from keras_attention.decoding.epsilon_sampling import EpsilonSampling
+from keras_attention.decoding.eta_sampling import EtaSampling
+from keras_attention.decoding.filtered_sampling import FilteredSampling
 from keras_attention.decoding.greedy import greedy_search, sampling_search
 from keras_attention.decoding.hashed_random import hashed_uniform, row_seeds
 from keras_attention.decoding.min_p import MinPSampling
 from keras_attention.decoding.refilling_beam import RefillingBeamSearch, refilling_beam_search
 from keras_attention.decoding.runtime_fields import RuntimeField
 from keras_attention.decoding.strategies import BeamSearch, GreedySearch, SamplingSearch, SearchStrategy, get
+from keras_attention.decoding.typical_sampling import TypicalSampling
 
 __all__ = [
     "LENGTH_CONVENTIONS",
     "NEG_INF",
     "BeamSearch",
     "DiverseBeamSearch",
+    "EpsilonSampling",
+    "EtaSampling",
+    "FilteredSampling",
     "GreedySearch",
     "MinPSampling",
     "RefillingBeamSearch",
     "RuntimeField",
     "SamplingSearch",
     "SearchStrategy",
+    "TypicalSampling",
     "get",
     "beam_rows",
     "beam_search",

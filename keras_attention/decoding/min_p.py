@@ -1,6 +1,6 @@
 """Min-p sampling: keep the tokens at least `min_p` times as likely as the most likely one.
 
-A registered search strategy ("min_p"): `SamplingSearch` whose step's
+A registered search strategy ("min_p"): `FilteredSampling` whose step's
 distribution is first cut to the tokens whose probability reaches `min_p`
 times the largest one (Nguyen et al. 2024, "Turning Up the Heat: Min-p
 Sampling for Creative and Coherent LLM Outputs", arXiv:2407.01082),
@@ -19,9 +19,9 @@ from keras import ops
 
 from keras_attention import _checks
 from keras_attention.decoding import _loop
-from keras_attention.decoding.greedy import sampling_search
+from keras_attention.decoding.filtered_sampling import FilteredSampling
 from keras_attention.decoding.runtime_fields import RuntimeField
-from keras_attention.decoding.strategies import SamplingSearch, register
+from keras_attention.decoding.strategies import register
 
 __all__ = ["MinPSampling", "min_p_filter"]
 
@@ -59,7 +59,7 @@ def min_p_filter(logits, min_p):
 
 
 @register("min_p")
-class MinPSampling(SamplingSearch):
+class MinPSampling(FilteredSampling):
     """Sampling from the tokens at least `min_p` times as likely as the best (arXiv:2407.01082).
 
     Example:
@@ -70,9 +70,10 @@ class MinPSampling(SamplingSearch):
     ```
     """
 
-    runtime_fields = SamplingSearch.runtime_fields + (
-        RuntimeField("min_p", "float32", 0, maximum=1, meaning="min-p: keep tokens >= min_p x the best's probability"),
+    cut_field = RuntimeField(
+        "min_p", "float32", 0, maximum=1, meaning="min-p: keep tokens >= min_p x the best's probability"
     )
+    cut = staticmethod(min_p_filter)
 
     def __init__(self, temperature=1.0, top_k=None, top_p=1.0, seed=None, min_p=0.1):
         super().__init__(temperature, top_k, top_p, seed)
@@ -80,15 +81,3 @@ class MinPSampling(SamplingSearch):
 
     def get_config(self):
         return {**super().get_config(), "min_p": self.min_p}
-
-    def search(self, step_fn, initial_state, runtime=None, **common):
-        values = {**self.get_config(), **(runtime or {})}
-        min_p = values.pop("min_p")
-        step_fn = _loop.timed_step(step_fn)
-
-        def step(ids, state, time):
-            logits, state, alignment = _loop.call_step(step_fn, ids, state, time)
-            logits = min_p_filter(logits, min_p)
-            return (logits, state) if alignment is None else (logits, state, alignment)
-
-        return sampling_search(step, initial_state, **values, **common)
