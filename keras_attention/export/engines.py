@@ -83,7 +83,12 @@ def require(engine):
     """Import the engine's package, or refuse naming the extra that installs it."""
     module, extra = ENGINES[engine]
     try:
-        importlib.import_module(module)
+        if engine == "ctranslate2":  # first, with its int8-safe CPU backend (ctranslate2/library.py)
+            from keras_attention.export.ctranslate2.library import import_ctranslate2
+
+            import_ctranslate2()
+        else:
+            importlib.import_module(module)
     except ImportError:
         raise EngineRefusal(
             f"--engine {engine} needs the {module!r} package (not installed): "
