@@ -26,6 +26,8 @@ OPTIONS = {
         "min_length": [0, 3, 6],
         "repetition_penalty": 4.0,
         "no_repeat_ngram_size": [1, 2, 0],
+        "length_decay_start": [0, 1, 7],
+        "length_decay_factor": [1.0, 6.0, 30.0],
     },
     "sample": {
         "max_length": [3, 8, 5],
@@ -36,6 +38,8 @@ OPTIONS = {
         "seed": [101, 102, 103],
         "repetition_penalty": [3.0, 1.0, 8.0],
         "no_repeat_ngram_size": 1,
+        "length_decay_start": [0, 1, 7],
+        "length_decay_factor": [30.0, 6.0, 1.0],
     },
     "beam": {
         "max_length": [2, 8, 4],
@@ -44,16 +48,28 @@ OPTIONS = {
         "coverage_penalty_weight": [5.0, 0.0, 2.0],
         "repetition_penalty": 4.0,
         "no_repeat_ngram_size": [1, 2, 0],
+        "length_decay_start": [0, 1, 7],
+        "length_decay_factor": [1.0, 6.0, 30.0],
     },
     # The options it shares with "sample" are exercised there.
     "min_p": {"min_p": [0.0, 0.02, 0.9], "seed": [101, 102, 103]},
+    "typical": {"typical_p": [0.05, 0.5, 1.0], "seed": [101, 102, 103]},
+    "epsilon": {"epsilon_cutoff": [0.3, 0.0, 0.12], "seed": [101, 102, 103]},
+    "eta": {"eta_cutoff": [0.6, 0.05, 0.0], "seed": [101, 102, 103]},
     # The options it shares with "beam" are exercised there.
     "diverse_beam": {"diversity_strength": [0.0, 2.0, 8.0]},
     "refilling_beam": {"length_penalty_weight": [0.0, 1.0, 3.0], "coverage_penalty_weight": [2.0, 0.0, 5.0]},
 }
 
-# Fields a method needs beyond `option_model`'s (three groups of one beam).
-CONSTRUCTOR = {"diverse_beam": {"num_groups": 3}}
+# Fields a method needs beyond `option_model`'s (three groups of one beam;
+# a mild length decay, which each of its two options alone changes: from the
+# token where the rows are still running).
+CONSTRUCTOR = {
+    "diverse_beam": {"num_groups": 3},
+    "greedy": {"length_decay_start": 4, "length_decay_factor": 1.3},
+    "sample": {"length_decay_start": 2, "length_decay_factor": 1.3},
+    "beam": {"length_decay_start": 4, "length_decay_factor": 1.3},
+}
 
 
 # An untrained decoder is nearly uniform whatever its input: larger
@@ -61,6 +77,7 @@ CONSTRUCTOR = {"diverse_beam": {"num_groups": 3}}
 # first seed under which every option of `OPTIONS` changes the ids) give it
 # sources that matter, ends at various steps and repetitions to block.
 BIAS_SEEDS = {"greedy": 3, "sample": 0, "beam": 3, "min_p": 0, "diverse_beam": 3, "refilling_beam": 0}
+BIAS_SEEDS.update(typical=0, epsilon=0, eta=0)
 
 
 def option_model(method, names=None, **constructor):
@@ -394,8 +411,8 @@ class _Filters(keras.layers.Layer):
 
 
 def test_the_typical_epsilon_and_eta_cuts_agree_in_keras_saved_model_and_onnx(tmp_path):
-    """Each filter's graph exported (its loop is `FilteredSampling`'s, the
-    decoder below exports it with typical sampling's cut, the one with a sort)."""
+    """Each filter's graph alone, exported, on ties, forbidden tokens and an
+    empty batch (the decoders with each cut in their loop: OPTIONS above)."""
     names = ("typical_p", "epsilon_cutoff", "eta_cutoff")
     logits = keras.Input((None,), name="logits")
     values = {name: keras.Input((), name=name) for name in names}
@@ -417,26 +434,3 @@ def test_the_typical_epsilon_and_eta_cuts_agree_in_keras_saved_model_and_onnx(tm
     for name in ("typical", "epsilon", "eta"):
         kept = served[name] > ka.decoding.NEG_INF / 2
         assert kept.any(1).all() and not kept.all(), name  # a real cut, never an empty one
-
-
-def test_a_typical_sampling_decoder_agrees_in_keras_saved_model_and_onnx(tmp_path):
-    keras.utils.set_random_seed(0)
-    source = keras.Input((None,), dtype="int32", name="source")
-    embedding = keras.layers.Embedding(VOCABULARY, 6, mask_zero=True)
-    decoder = make_decoder(("typical_p", "seed"), max_length=6, method="typical", seed=0)
-    options = decoder.option_inputs()
-    model = keras.Model({"source": source, **options}, decoder(embedding(source), options=options))
-    for layer in (embedding, decoder.embedding):
-        layer.set_weights([w * 10.0 for w in layer.get_weights()])
-    kernel, _ = decoder.output_layer.get_weights()
-    bias = np.random.default_rng(0).normal(0, 0.5, VOCABULARY) - 0.5 * (np.arange(VOCABULARY) == 2)
-    decoder.output_layer.set_weights([kernel * 3.0, bias])
-    seeds = {"source": sources(), "seed": [101, 102, 103]}
-    batches = [{**seeds, "typical_p": [0.05, 0.5, 1.0]}, {**seeds, "typical_p": 0.9}]
-    report = export_model(model, tmp_path / "export", sample_inputs=batches)
-    for format in ("saved_model", "onnx"):
-        assert report.max_abs_diff(format, "ids") == 0 and report.max_abs_diff(format, "scores") <= 1e-4
-    options = report.signatures["serving_default"]["options"]
-    assert options["typical_p"] == {"dtype": "float32", "default": 0.95, "minimum": 0, "strict": True, "maximum": 1}
-    served = [run_onnx(tmp_path / "export", batch)["outputs"]["ids"] for batch in batches]
-    assert not np.array_equal(served[0], served[1])  # the request's value reaches the loop

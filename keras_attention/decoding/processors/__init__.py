@@ -1,7 +1,8 @@
 """Logits processors: the constraints on each step's logits, as objects registered by name.
 
 `MinLength`, `RelativeMaxLength`, `SuppressTokens`, `AllowedTokens`,
-`RepetitionPenalty`, `NoRepeatNgram` and `ForcedPrefix` compose in their
+`RepetitionPenalty`, `ExponentialDecayLengthPenalty`, `NoRepeatNgram` and
+`ForcedPrefix` compose in their
 declared `order` into one wrapped step (`processed_step`) that every search
 runs; each declares its run-time fields, from which the decoders' table of
 run-time options is built. `get("min_length")` gives one by name; a new
@@ -13,6 +14,7 @@ from keras_attention.decoding.processors.base import LogitsProcessor, Step, get,
 from keras_attention.decoding.processors.composition import processed_step
 from keras_attention.decoding.processors.configuration import configured_processors, keyword_names
 from keras_attention.decoding.processors.forced_prefix import ForcedPrefix
+from keras_attention.decoding.processors.length_decay import ExponentialDecayLengthPenalty
 from keras_attention.decoding.processors.min_length import MinLength
 from keras_attention.decoding.processors.no_repeat_ngram import NoRepeatNgram
 from keras_attention.decoding.processors.relative_max_length import RelativeMaxLength, relative_max_lengths
@@ -21,6 +23,7 @@ from keras_attention.decoding.processors.suppress_tokens import SuppressTokens
 
 __all__ = [
     "AllowedTokens",
+    "ExponentialDecayLengthPenalty",
     "ForcedPrefix",
     "LogitsProcessor",
     "MinLength",
