@@ -56,7 +56,7 @@ def typical_filter(logits, typical_p):
     ```python
     keras_attention.decoding.typical_sampling.typical_filter(
         np.log(np.array([[0.5, 0.3, 0.15, 0.05]], "float32")), 0.4)
-    # entropy 1.14 nats: the surprisals' distances 0.45, 0.06, 0.76, 1.86;
+    # entropy 1.14 nats: the surprisals' distances 0.45, 0.06, 0.75, 1.85;
     # 0.3 (the most typical) then 0.5 reach 0.4: [[log 0.5, log 0.3, NEG_INF, NEG_INF]]
     ```
     """
