@@ -20,7 +20,7 @@ import keras_attention as ka  # noqa: E402
 from keras_attention.export import ExportError, export_model, openvino_format  # noqa: E402
 from tests.export_models import additive, greedy, multi_head, sharpened_option_model  # noqa: E402
 from tests.fixtures.backends.models import TARGET_VOCABULARY, _memory  # noqa: E402
-from tests.test_runtime_options_export import OPTIONS, VOCABULARY, keras_ids, sources  # noqa: E402
+from tests.test_runtime_options_export import CONSTRUCTOR, OPTIONS, VOCABULARY, keras_ids, sources  # noqa: E402
 
 OUTPUTS = {
     "serving_default": ["logits"],
@@ -33,7 +33,8 @@ def beam_with_options():
     """tests/test_runtime_options_export.py's beam decoder with every run-time
     option, Luong's general score in its cell (the additive score's decoders:
     `test_additive_attention_runs_in_openvino_...`)."""
-    return sharpened_option_model(VOCABULARY, OPTIONS["beam"], 0, method="beam", beam_width=3)
+    # With the parity table's constructor values, under which each option alone changes the ids.
+    return sharpened_option_model(VOCABULARY, OPTIONS["beam"], 0, method="beam", beam_width=3, **CONSTRUCTOR["beam"])
 
 
 @pytest.fixture(scope="module")
