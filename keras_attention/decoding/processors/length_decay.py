@@ -77,8 +77,11 @@ class ExponentialDecayLengthPenalty(LogitsProcessor):
             ops.minimum(ops.power(factor, ops.maximum(steps, 0.0)) - 1.0, MAX_BOOST),
             0.0,
         )
-        # -log p(end) >= 0 and finite (the logits are), growth in [0, MAX_BOOST]:
-        # their product is finite or +inf, never NaN, and the cap makes it finite.
-        surprisal = -ops.sum(ops.where(step.is_end, _loop.log_probabilities(logits), 0.0), axis=1, keepdims=True)
+        # -log p(end) = logsumexp(logits) - logit(end): no (N, V) log-softmax
+        # at each step. It is >= 0 and finite (the logits are), growth in
+        # [0, MAX_BOOST]: their product is finite or +inf, never NaN, and the
+        # cap makes it finite.
+        end_logit = ops.take(logits, step.end_token, axis=1)
+        surprisal = ops.expand_dims(ops.logsumexp(logits, axis=1) - end_logit, 1)
         boost = ops.minimum(surprisal * growth, MAX_BOOST)
         return ops.where(step.is_end, logits + boost, logits), forbidden, state
