@@ -88,6 +88,8 @@ FIXED_OPTIONS = {
     "max_length_ratio": "set `max_length` per request instead",
     "max_length_offset": "set `max_length` per request instead",
     "suppress_tokens": "the `allowed_tokens` input already restricts ids per example",
+    "banned_sequences": "the sequences are constants of the loop (per request: no input yet)",
+    "stop_sequences": "the sequences are constants of the loop (per request: no input yet)",
     "early_stopping": "it changes the loop's condition",
     "length_convention": "it changes the score's bookkeeping",
     "length_penalty_form": "it changes the score's formula",

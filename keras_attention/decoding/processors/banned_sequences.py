@@ -1,0 +1,69 @@
+"""`BannedSequences`: token sequences never produced whole."""
+
+import numpy as np
+from keras import ops
+
+from keras_attention.decoding.processors.base import LogitsProcessor, register
+from keras_attention.decoding.processors.token_sequences import (
+    check_in_vocabulary,
+    check_token_sequences,
+    ends_with,
+    sequence_table,
+)
+
+__all__ = ["BannedSequences"]
+
+
+@register("banned_sequences")
+class BannedSequences(LogitsProcessor):
+    """None of the token sequences `banned_sequences` appears in the output:
+    when the tokens produced so far end with all but the last token of one,
+    its last token is forbidden at this step (a sequence of one token is
+    never produced, as `suppress_tokens`). Hugging Face calls it
+    `bad_words_ids`, CTranslate2 `suppress_sequences`.
+
+    The sequences are fixed when the decoder is built (exported as
+    constants); a step costs `O(S * L)` for `S` sequences of at most `L`
+    tokens, one `(N, S) x (S, V)` product to forbid the tokens. The end
+    token cannot be part of a sequence, nor an id outside the vocabulary.
+
+    Example:
+
+    ```python
+    from keras import ops
+
+    banned = keras_attention.decoding.processors.BannedSequences([[4, 5], [7]])
+    produced = ops.convert_to_tensor([[3, 4, -1], [4, 3, -1]], "int32")  # two tokens each
+    step = keras_attention.decoding.processors.Step(
+        None, 2, 2, ops.arange(8)[None], ops.equal(ops.arange(8), 2)[None], produced)
+    _, forbidden, _ = banned.process(ops.zeros((2, 8)), None, {}, step)
+    forbidden = ops.convert_to_numpy(forbidden)
+    assert forbidden[0].nonzero()[0].tolist() == [5, 7]  # row 0 ends with 4: no 5 next
+    assert forbidden[1].nonzero()[0].tolist() == [7]
+    ```
+    """
+
+    order = 65
+    keywords = ("banned_sequences",)
+    reads_history = True
+
+    def __init__(self, banned_sequences=None):
+        self.banned_sequences = check_token_sequences(type(self).__name__, "banned_sequences", banned_sequences)
+
+    def acts(self):
+        return bool(self.banned_sequences)
+
+    def check(self, owner, end_token, max_length):
+        check_token_sequences(owner, "banned_sequences", self.banned_sequences, end_token)
+
+    def process(self, logits, forbidden, state, step):
+        if not self.banned_sequences:
+            return logits, forbidden, state
+        check_in_vocabulary(type(self).__name__, "banned_sequences", self.banned_sequences, logits.shape[-1])
+        table, lengths = sequence_table(self.banned_sequences)
+        # All but the last token produced: the last is the one to forbid.
+        ready = ends_with(step.history, step.time, table, lengths - 1)  # (N, S)
+        last = table[np.arange(len(lengths)), lengths - 1]
+        is_last = ops.equal(ops.expand_dims(ops.convert_to_tensor(last, "int32"), 1), step.token)  # (S, V)
+        banned = ops.greater(ops.matmul(ops.cast(ready, "float32"), ops.cast(is_last, "float32")), 0.0)
+        return logits, self.forbid(forbidden, banned), state

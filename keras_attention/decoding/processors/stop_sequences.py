@@ -1,0 +1,67 @@
+"""`StopSequences`: the output ends once it ends with one of the given token sequences."""
+
+from keras import ops
+
+from keras_attention.decoding.processors.base import LogitsProcessor, register
+from keras_attention.decoding.processors.token_sequences import (
+    check_in_vocabulary,
+    check_token_sequences,
+    ends_with,
+    sequence_table,
+)
+
+__all__ = ["StopSequences"]
+
+
+@register("stop_sequences")
+class StopSequences(LogitsProcessor):
+    """Once the tokens produced end with one of `stop_sequences`, the next
+    token is the end token: the output keeps the stop sequence, then ends
+    (Hugging Face's `stop_strings` in tokens; CTranslate2's `end_token`
+    takes single tokens). It wins over every processor but the forced
+    prefix: a stop sequence ends the output even before `min_length`, and
+    one inside a `target_prefix` does not cut the prefix.
+
+    Fixed when the decoder is built (exported as constants); a step costs
+    `O(S * L)` for `S` sequences of at most `L` tokens. The end token cannot
+    be part of a sequence, nor an id outside the vocabulary.
+
+    Example:
+
+    ```python
+    from keras import ops
+
+    stop = keras_attention.decoding.processors.StopSequences([[4, 5]])
+    produced = ops.convert_to_tensor([[4, 5, -1], [5, 4, -1]], "int32")  # two tokens each
+    step = keras_attention.decoding.processors.Step(
+        None, 2, 2, ops.arange(8)[None], ops.equal(ops.arange(8), 2)[None], produced)
+    _, forbidden, _ = stop.process(ops.zeros((2, 8)), None, {}, step)
+    # Row 0 ends with [4, 5]: every token but the end (id 2) is forbidden.
+    assert ops.convert_to_numpy(forbidden).sum(axis=1).tolist() == [7, 0]
+    ```
+    """
+
+    order = 90  # after every processor that forbids, before the forced prefix
+    keywords = ("stop_sequences",)
+    reads_history = True
+
+    def __init__(self, stop_sequences=None):
+        self.stop_sequences = check_token_sequences(type(self).__name__, "stop_sequences", stop_sequences)
+
+    def acts(self):
+        return bool(self.stop_sequences)
+
+    def check(self, owner, end_token, max_length):
+        check_token_sequences(owner, "stop_sequences", self.stop_sequences, end_token)
+
+    def process(self, logits, forbidden, state, step):
+        if not self.stop_sequences:
+            return logits, forbidden, state
+        check_in_vocabulary(type(self).__name__, "stop_sequences", self.stop_sequences, logits.shape[-1])
+        table, lengths = sequence_table(self.stop_sequences)
+        stopped = ops.any(ends_with(step.history, step.time, table, lengths), axis=1, keepdims=True)  # (N, 1)
+        only_end = ops.logical_and(stopped, ops.logical_not(step.is_end))
+        if forbidden is None:
+            return logits, only_end, state
+        # Logical ops, not a select: onnxruntime has no boolean Where.
+        return logits, ops.logical_or(only_end, ops.logical_and(ops.logical_not(stopped), forbidden)), state
