@@ -266,6 +266,37 @@ def test_refilling_beam_search_is_ctranslate2s(converted):
     _assert_same_hypotheses(theirs, ours, "coverage")
 
 
+def test_patience_is_ctranslate2s(converted):
+    """Kasai et al.'s patience (arXiv:2204.05424) as CTranslate2's `patience`: with a penalty
+    the search waits for `round(beam_width * patience)` ended hypotheses, so a patience of 2
+    searches on after `beam_width` and returns up to twice as many; every hypothesis of the
+    n-best lists equals CTranslate2's, in order, with its score."""
+    model, directory, translator = converted
+    base = model.decode(method="refilling_beam", beam_width=2, length_penalty_weight=1.0)
+    for width, patience, hypotheses in ((2, 2.0, 4), (2, 2.0, 2), (4, 0.5, 2), (3, 1.5, 4)):
+        ours = model.decode(
+            method="refilling_beam",
+            beam_width=width,
+            length_penalty_weight=1.0,
+            patience=patience,
+            num_hypotheses=hypotheses,
+        )
+        theirs = translate_ids(
+            directory,
+            model.source,
+            translator=translator,
+            beam_size=width,
+            num_hypotheses=hypotheses,
+            patience=patience,
+            **{**SAME_AS_OURS, "length_penalty": 1.0},
+        )
+        _assert_same_hypotheses(theirs, ours, (width, patience, hypotheses))
+        if (width, hypotheses) == (2, 2):
+            # Searching on finds better-scored hypotheses on some rows, never worse ones.
+            assert (ours["scores"][:, 0] >= base["scores"][:, 0] - 1e-5).all()
+            assert (ours["scores"][:, 0] > base["scores"][:, 0] + 1e-5).any()
+
+
 def _assert_same_hypotheses(theirs, ours, case):
     same = (theirs["ids"][..., :MAX_LENGTH] == ours["ids"]).all((1, 2)) & (theirs["lengths"] == ours["lengths"]).all(1)
     assert same.mean() >= 0.999, (case, f"{(~same).sum()} of {len(same)} rows differ")

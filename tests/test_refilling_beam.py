@@ -47,15 +47,17 @@ def log_softmax(x):
     return x - np.log(np.exp(x).sum())
 
 
-def reference(logits, alignments, width, hypotheses, alpha, beta, form, min_length, max_lengths, start=0):
+def reference(logits, alignments, width, hypotheses, alpha, beta, form, min_length, max_lengths, patience, start=0):
     """CTranslate2's `BeamSearch::search`, one example at a time, as its C++ reads: the best
     2 * width candidates; of the first `width`, an ended one (every one at the last step) is
     registered and its slot takes the next candidate that does not end; stop at the last
     step, or once the top candidate has ended and `hypotheses` are registered (no penalty),
-    or once `width` are. Scores `log P / lp(n) + beta * sum log min(coverage, 1)`, sorted."""
+    or once `round(width * patience)` are (and `hypotheses`). Scores `log P / lp(n) + beta *
+    sum log min(coverage, 1)`, sorted."""
     results = []
     for b, (example, attention) in enumerate(zip(logits, alignments)):
         a, limit = alpha[b], max_lengths[b]
+        wanted = max(int(np.floor(width * patience[b] + 0.5)), hypotheses)
         beam = [([], 0.0, np.zeros(SOURCE))]  # (tokens, log P, coverage); the first step expands one
         pool, top_ended = [], False
         for time in range(limit):
@@ -82,7 +84,7 @@ def reference(logits, alignments, width, hypotheses, alpha, beta, form, min_leng
                             slots[k], offset = candidates[j][2], j + 1
                             break
             early = a == 0 and beta == 0
-            if last or (top_ended and len(pool) >= hypotheses if early else len(pool) >= width):
+            if last or (top_ended and len(pool) >= hypotheses if early else len(pool) >= wanted):
                 break
             beam = slots
         scored = []
@@ -97,12 +99,17 @@ def reference(logits, alignments, width, hypotheses, alpha, beta, form, min_leng
     for b, scored in enumerate(results):
         for k, (_, tokens, _) in enumerate(scored):
             ids[b, k, : len(tokens)] = tokens
+
+    # A pool that holds fewer than `hypotheses` (more than the beam, with patience) leaves empty slots.
+    def padded(values, fill):
+        return np.array([[v for v in row] + [fill] * (hypotheses - len(row)) for row in values])
+
     return {
         "ids": ids,
-        "scores": np.array([[h[0] for h in scored] for scored in results]),
-        "log_probs": np.array([[h[2] for h in scored] for scored in results]),
-        "lengths": np.array([[len(h[1]) for h in scored] for scored in results]),
-        "finished": np.array([[h[1][-1] == END for h in scored] for scored in results]),
+        "scores": padded([[h[0] for h in scored] for scored in results], -np.inf),
+        "log_probs": padded([[h[2] for h in scored] for scored in results], -np.inf),
+        "lengths": padded([[len(h[1]) for h in scored] for scored in results], 0),
+        "finished": padded([[h[1][-1] == END for h in scored] for scored in results], False),
     }
 
 
@@ -119,12 +126,18 @@ CASES = {
     "gnmt length penalty and coverage penalty, two of three": dict(
         width=3, hypotheses=2, alpha=0.7, beta=0.4, form="gnmt"
     ),
+    "patience 2: waits for four ended, returns four of a beam of two": dict(
+        width=2, hypotheses=4, alpha=1.0, beta=0.0, patience=2.0
+    ),
+    "patience per example, some below num_hypotheses": dict(
+        width=3, hypotheses=2, alpha=0.5, beta=0.0, patience=[0.4, 1.0, 1.5, 2.5] * 2
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
 def test_the_search_is_ctranslate2s(case):
-    case = {"form": "average", "min_length": 0, "max_lengths": None, **CASES[case]}
+    case = {"form": "average", "min_length": 0, "max_lengths": None, "patience": 1.0, **CASES[case]}
     logits, alignments = tables(seed=len(case["form"]) + case["width"])
     batch = len(logits)
     step, state = table_step(logits, alignments if case["beta"] else None)
@@ -132,8 +145,16 @@ def test_the_search_is_ctranslate2s(case):
         step, state = constrained_step(step, state, END, min_length=case["min_length"])
     alpha = case["alpha"] if isinstance(case["alpha"], list) else [case["alpha"]] * batch
     runtime = {"length_penalty_weight": ops.convert_to_tensor(alpha)} if isinstance(case["alpha"], list) else {}
+    patience = case["patience"] if isinstance(case["patience"], list) else [case["patience"]] * batch
+    if isinstance(case["patience"], list):
+        runtime["patience"] = ops.convert_to_tensor(patience, "float32")
     strategy = RefillingBeamSearch(
-        case["width"], alpha[0], case["beta"], length_penalty_form=case["form"], num_hypotheses=case["hypotheses"]
+        case["width"],
+        alpha[0],
+        case["beta"],
+        length_penalty_form=case["form"],
+        num_hypotheses=case["hypotheses"],
+        patience=patience[0] if not isinstance(case["patience"], list) else 1.0,
     )
     limits = case["max_lengths"]
     got = numpy_of(
@@ -158,6 +179,7 @@ def test_the_search_is_ctranslate2s(case):
         case["form"],
         case["min_length"],
         limits or [STEPS] * batch,
+        patience,
     )
     np.testing.assert_array_equal(got["ids"], want["ids"])
     np.testing.assert_array_equal(got["lengths"], want["lengths"])
@@ -169,6 +191,8 @@ def test_the_search_is_ctranslate2s(case):
     assert (got["finished"] & (got["lengths"] < limit)).any()
     assert (~got["finished"] & (got["lengths"] == limit)).any()
     assert (got["lengths"][got["finished"]] > case["min_length"]).all()
+    if case["hypotheses"] and case["hypotheses"] > case["width"]:  # more hypotheses than beams, all filled somewhere
+        assert ((got["lengths"] > 0).sum(1) == case["hypotheses"]).any()
 
 
 def test_without_an_early_end_it_is_beam_search():

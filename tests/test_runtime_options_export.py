@@ -58,7 +58,11 @@ OPTIONS = {
     "eta": {"eta_cutoff": [0.6, 0.05, 0.0], "seed": [101, 102, 103]},
     # The options it shares with "beam" are exercised there.
     "diverse_beam": {"diversity_strength": [0.0, 2.0, 8.0]},
-    "refilling_beam": {"length_penalty_weight": [0.0, 1.0, 3.0], "coverage_penalty_weight": [2.0, 0.0, 5.0]},
+    "refilling_beam": {
+        "length_penalty_weight": [0.0, 1.0, 3.0],
+        "coverage_penalty_weight": [2.0, 0.0, 5.0],
+        "patience": [4.0, 1.0, 3.0],
+    },
 }
 
 # Fields a method needs beyond `option_model`'s (three groups of one beam;
@@ -69,6 +73,8 @@ CONSTRUCTOR = {
     "greedy": {"length_decay_start": 4, "length_decay_factor": 1.3},
     "sample": {"length_decay_start": 2, "length_decay_factor": 1.3},
     "beam": {"length_decay_start": 4, "length_decay_factor": 1.3},
+    # Patience acts only with a penalty (without, the search stops once the best has ended).
+    "refilling_beam": {"length_penalty_weight": 1.0},
 }
 
 
@@ -76,7 +82,7 @@ CONSTRUCTOR = {
 # embeddings, a sharper read-out and random biases (seeded per method: the
 # first seed under which every option of `OPTIONS` changes the ids) give it
 # sources that matter, ends at various steps and repetitions to block.
-BIAS_SEEDS = {"greedy": 3, "sample": 0, "beam": 3, "min_p": 0, "diverse_beam": 3, "refilling_beam": 0}
+BIAS_SEEDS = {"greedy": 3, "sample": 0, "beam": 3, "min_p": 0, "diverse_beam": 3, "refilling_beam": 4}
 BIAS_SEEDS.update(typical=0, epsilon=0, eta=0)
 
 

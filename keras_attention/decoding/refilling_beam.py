@@ -15,6 +15,8 @@ ones a search would return): the loop keeps its fixed shapes, so it compiles
 with XLA and exports, loop included, to SavedModel and ONNX.
 """
 
+import math
+
 from keras import ops
 
 from keras_attention import _checks
@@ -22,6 +24,7 @@ from keras_attention._reductions import first_top_k
 from keras_attention.decoding import _loop
 from keras_attention.decoding.beam_steps import coverage_penalty, length_penalty
 from keras_attention.decoding.beams import gather_beams, reorder_beams, tile_batch, write_step
+from keras_attention.decoding.runtime_fields import RuntimeField
 from keras_attention.decoding.strategies import BeamSearch, SearchStrategy, _BeamFields, register
 
 __all__ = ["LENGTH_PENALTY_FORMS", "RefillingBeamSearch", "hypothesis_scores", "refilling_beam_search"]
@@ -70,6 +73,12 @@ def hypothesis_scores(log_probs, lengths, length_penalty_weight, length_penalty_
     return scores if penalty is None else scores + penalty
 
 
+def patience_count(beam_width, patience):
+    """CTranslate2's `round(beam_size * patience)` (halves away from zero):
+    how many ended hypotheses a search with a penalty waits for."""
+    return int(math.floor(beam_width * patience + 0.5))
+
+
 def refilling_beam_search(
     step_fn,
     initial_state,
@@ -85,14 +94,18 @@ def refilling_beam_search(
     return_alignments=True,
     return_token_log_probs=False,
     length_limits=None,
+    patience=1.0,
 ):
     """Beam search with a pool of finished hypotheses, step for step CTranslate2's (see `RefillingBeamSearch`).
 
     The arguments are `beam_search`'s (no `early_stopping`: the stopping
     rule is CTranslate2's; no `length_convention`), with
-    `length_penalty_form` ("average" or "gnmt", `hypothesis_scores`) and
+    `length_penalty_form` ("average" or "gnmt", `hypothesis_scores`),
     `num_hypotheses` (default `beam_width`): the pool's size, which the
-    search returns, and how many ended hypotheses an early stop waits for. Returns `beam_search`'s dict, `(batch,
+    search returns, and how many ended hypotheses an early stop waits for,
+    and `patience` (a number > 0 or `(batch,)` values): with a penalty the
+    search waits for `max(round(beam_width * patience), num_hypotheses)`
+    ended hypotheses. Returns `beam_search`'s dict, `(batch,
     num_hypotheses, ...)`, the hypotheses best first by `scores`; slots no
     hypothesis filled are empty (ids `pad_token`, length 0, score `-inf`).
     """
@@ -100,9 +113,22 @@ def refilling_beam_search(
     step_fn = _loop.timed_step(step_fn)
     max_length = _loop.check_max_length(max_length)
     width = _checks.check_positive_int(owner, "beam_width", beam_width)
+    patience = _loop.option_rows(
+        patience, "float32", lambda v: _checks.check_number(owner, "patience", v, minimum=0, strict=True)
+    )
+    most = max(width, patience_count(width, patience)) if not _loop.is_rows(patience) else width
     size = _checks.check_positive_int(owner, "num_hypotheses", num_hypotheses, allow_none=True) or width
-    if size > width:
-        raise ValueError(f"{owner}: `num_hypotheses` must be at most `beam_width` {width}; got {num_hypotheses!r}.")
+    if size > most:
+        raise ValueError(
+            f"{owner}: `num_hypotheses` must be at most `beam_width` {width} or round(beam_width * patience) "
+            f"{most}; got {num_hypotheses!r}."
+        )
+    # How many ended hypotheses the search waits for (with a penalty): never
+    # fewer than the pool holds, where CTranslate2 refuses the request.
+    if _loop.is_rows(patience):
+        wanted = ops.maximum(ops.cast(ops.floor(width * patience + 0.5), "int32"), size)
+    else:
+        wanted = max(patience_count(width, patience), size)
     _checks.check_choice(owner, "length_penalty_form", length_penalty_form, LENGTH_PENALTY_FORMS)
     alpha, beta = (
         _loop.option_rows(value, "float32", lambda v, name=name: _checks.check_number(owner, name, v, minimum=0))
@@ -170,7 +196,7 @@ def refilling_beam_search(
         top_ended = ops.logical_or(
             progress["top_ended"], ops.logical_and(ops.logical_and(ends[:, 0], valid[:, 0]), ops.logical_not(done))
         )
-        enough = ops.greater_equal(count, width)
+        enough = ops.greater_equal(count, wanted)
         decided = ops.logical_and(top_ended, ops.greater_equal(count, size))
         if exit_early is True or exit_early is False:
             stop = decided if exit_early else enough
@@ -297,8 +323,13 @@ class RefillingBeamSearch(_BeamFields, SearchStrategy):
 
     The search of an example stops at its last step or, with no length or
     coverage penalty, once the best candidate of some step has ended and
-    the pool holds `num_hypotheses`; with a penalty, once it holds
-    `beam_width` (CTranslate2's `patience` 1). A hypothesis' score is
+    the pool holds `num_hypotheses`; with a penalty, once
+    `round(beam_width * patience)` hypotheses have ended, and at least
+    `num_hypotheses` (CTranslate2's `patience`, Kasai et al. 2022,
+    arXiv:2204.05424: a patience above 1 searches on after `beam_width`
+    have ended and may return up to that many; where CTranslate2 refuses a
+    patience that waits for fewer than `num_hypotheses`, the search waits
+    for `num_hypotheses`). A hypothesis' score is
     `log P / n ** alpha` (`length_penalty_form="average"`, CTranslate2's
     `length_penalty`) or `log P / ((5 + n) / 6) ** alpha` ("gnmt",
     `BeamSearch`'s, Wu et al. 2016, arXiv:1609.08144), `n` its tokens with
@@ -318,15 +349,16 @@ class RefillingBeamSearch(_BeamFields, SearchStrategy):
     `length_penalty_weight` with the "average" form, `coverage_penalty`
     `coverage_penalty_weight`, `max_decoding_length` `max_length`,
     `min_decoding_length` `min_length` (CTranslate2's default is 1, ours 0),
-    `return_end_token=False` and `patience=1` (its defaults). Its scores
+    `patience` the same, `return_end_token=False` (its default). Its scores
     are ours; its hypotheses are our ids up to `lengths` less the end token.
 
     Shapes: the outputs are `BeamSearch`'s, `ids (batch, num_hypotheses,
     max_length)`, `scores`, `log_probs`, `lengths` (the end token counted)
     and `finished (batch, num_hypotheses)`, `alignments (batch,
-    num_hypotheses, max_length, source)`; `length_penalty_weight` and
-    `coverage_penalty_weight` are run-time fields (one value or one per
-    example), `length_penalty_form` and `num_hypotheses` shape the loop.
+    num_hypotheses, max_length, source)`; `length_penalty_weight`,
+    `coverage_penalty_weight` and `patience` are run-time fields (one value
+    or one per example), `length_penalty_form` and `num_hypotheses` shape
+    the loop.
 
     Example:
 
@@ -340,7 +372,15 @@ class RefillingBeamSearch(_BeamFields, SearchStrategy):
     ```
     """
 
-    runtime_fields = BeamSearch.runtime_fields
+    runtime_fields = BeamSearch.runtime_fields + (
+        RuntimeField(
+            "patience",
+            "float32",
+            0,
+            strict=True,
+            meaning="with a penalty, wait for round(beam_width * patience) ended hypotheses",
+        ),
+    )
 
     def __init__(
         self,
@@ -349,9 +389,18 @@ class RefillingBeamSearch(_BeamFields, SearchStrategy):
         coverage_penalty_weight=0.0,
         length_penalty_form="average",
         num_hypotheses=None,
+        patience=1.0,
     ):
-        self._check_beam_fields(beam_width, length_penalty_weight, coverage_penalty_weight, num_hypotheses)
-        self.length_penalty_form = check_length_penalty_form(type(self).__name__, length_penalty_form)
+        owner = type(self).__name__
+        self.patience = _checks.check_number(owner, "patience", patience, minimum=0, strict=True)
+        most = patience_count(_checks.check_positive_int(owner, "beam_width", beam_width), self.patience)
+        self._check_beam_fields(beam_width, length_penalty_weight, coverage_penalty_weight, num_hypotheses, most)
+        self.length_penalty_form = check_length_penalty_form(owner, length_penalty_form)
+
+    @classmethod
+    def most_hypotheses(cls, beam_width, fields):
+        patience = _checks.check_number(cls.__name__, "patience", fields.get("patience", 1.0), minimum=0, strict=True)
+        return max(beam_width, patience_count(beam_width, patience))
 
     def get_config(self):
         return {
@@ -360,6 +409,7 @@ class RefillingBeamSearch(_BeamFields, SearchStrategy):
             "coverage_penalty_weight": self.coverage_penalty_weight,
             "length_penalty_form": self.length_penalty_form,
             "num_hypotheses": self.num_hypotheses,
+            "patience": self.patience,
         }
 
     def search(self, step_fn, initial_state, runtime=None, **common):

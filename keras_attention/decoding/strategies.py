@@ -169,7 +169,8 @@ class _BeamFields:
     """What every beam strategy checks and answers: its width, its two
     penalties' weights and how many hypotheses it returns."""
 
-    def _check_beam_fields(self, beam_width, length_penalty_weight, coverage_penalty_weight, num_hypotheses):
+    def _check_beam_fields(self, beam_width, length_penalty_weight, coverage_penalty_weight, num_hypotheses, most=None):
+        """`most`: how many hypotheses it may return (default `beam_width`)."""
         owner = type(self).__name__
         self.beam_width = _checks.check_positive_int(owner, "beam_width", beam_width)
         self.length_penalty_weight = _checks.check_number(
@@ -179,10 +180,15 @@ class _BeamFields:
             owner, "coverage_penalty_weight", coverage_penalty_weight, minimum=0
         )
         self.num_hypotheses = _checks.check_positive_int(owner, "num_hypotheses", num_hypotheses, allow_none=True)
-        if self.num_hypotheses is not None and self.num_hypotheses > self.beam_width:
-            raise ValueError(
-                f"{owner}: `num_hypotheses` must be at most `beam_width` {self.beam_width}; got {num_hypotheses!r}."
-            )
+        most = self.beam_width if most is None else max(most, self.beam_width)
+        if self.num_hypotheses is not None and self.num_hypotheses > most:
+            bound = f"`beam_width` {self.beam_width}" + ("" if most == self.beam_width else f" or {most}")
+            raise ValueError(f"{owner}: `num_hypotheses` must be at most {bound}; got {num_hypotheses!r}.")
+
+    @classmethod
+    def most_hypotheses(cls, beam_width, fields):
+        """How many hypotheses it may return with `fields` (its keyword-less ones): its beams."""
+        return beam_width
 
     @property
     def beams(self):
