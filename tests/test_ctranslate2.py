@@ -273,7 +273,7 @@ def test_patience_is_ctranslate2s(converted):
     n-best lists equals CTranslate2's, in order, with its score."""
     model, directory, translator = converted
     base = model.decode(method="refilling_beam", beam_width=2, length_penalty_weight=1.0)
-    for width, patience, hypotheses in ((2, 2.0, 4), (2, 2.0, 2), (4, 0.5, 2), (3, 1.5, 4)):
+    for width, patience, hypotheses in ((2, 2.0, 4), (4, 0.5, 2), (3, 1.5, 4)):
         ours = model.decode(
             method="refilling_beam",
             beam_width=width,
@@ -291,8 +291,8 @@ def test_patience_is_ctranslate2s(converted):
             **{**SAME_AS_OURS, "length_penalty": 1.0},
         )
         _assert_same_hypotheses(theirs, ours, (width, patience, hypotheses))
-        if (width, hypotheses) == (2, 2):
-            # Searching on finds better-scored hypotheses on some rows, never worse ones.
+        if width == 2:
+            # Searching on finds a better-scored best hypothesis on some rows, never a worse one.
             assert (ours["scores"][:, 0] >= base["scores"][:, 0] - 1e-5).all()
             assert (ours["scores"][:, 0] > base["scores"][:, 0] + 1e-5).any()
 
