@@ -70,7 +70,7 @@ def test_docstring_has_formula_paper_shapes_and_a_running_example(cls):
         keras_attention.decoding.DiverseBeamSearch,
         keras_attention.decoding.diverse_beam.select_by_group,
         keras_attention.decoding.RefillingBeamSearch,
-        keras_attention.decoding.refilling_beam.hypothesis_scores,
+        keras_attention.decoding.finished_pool.hypothesis_scores,
         keras_attention.decoding.processors.get,
         *keras_attention.decoding.processors.registered().values(),
     ],
