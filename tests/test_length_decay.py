@@ -11,6 +11,7 @@ from keras import ops
 import keras_attention as ka
 from keras_attention.decoding import NEG_INF, greedy_search, processors
 from keras_attention.decoding.processors import ExponentialDecayLengthPenalty, Step, processed_step
+from tests.table_steps import table_step
 
 pytestmark = pytest.mark.any_backend
 
@@ -112,13 +113,8 @@ def numpy_greedy(logits, start, factor):
 def test_greedy_search_with_the_penalty_is_the_brute_force_one(start, factor):
     logits = table()
 
-    def step(ids, state, time):  # state: each row's example
-        rows = ops.take(ops.convert_to_tensor(logits), state, axis=0)
-        at_time = ops.take(rows, ops.minimum(time, STEPS - 1), axis=1)
-        return ops.take_along_axis(at_time, ops.reshape(ops.cast(ids, "int32"), (-1, 1, 1)), axis=1)[:, 0], state
-
     penalty = ExponentialDecayLengthPenalty(start, factor)
-    wrapped, state = processed_step(step, ops.arange(len(logits), dtype="int32"), [penalty], END, {})
+    wrapped, state = processed_step(table_step(logits), ops.arange(len(logits), dtype="int32"), [penalty], END, {})
     ids = ops.convert_to_numpy(greedy_search(wrapped, state, 0, END, STEPS)["ids"])
     np.testing.assert_array_equal(ids, numpy_greedy(logits, start, factor))
     if factor == 5.0:  # from the first token on: every row ends by its second token

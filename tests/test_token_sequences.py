@@ -22,6 +22,7 @@ from keras_attention.decoding.processors import (
     processed_step,
 )
 from keras_attention.decoding.processors.token_sequences import ends_with, sequence_table
+from tests.table_steps import table_step
 
 pytestmark = pytest.mark.any_backend
 
@@ -56,15 +57,6 @@ def transitions(seed):
     logits = np.random.default_rng(seed).normal(size=(3, STEPS, VOCABULARY, VOCABULARY)).astype("float32")
     logits[..., END] -= 1.0
     return logits
-
-
-def table_step(logits):
-    def step(ids, state, time):  # state: each row's example
-        rows = ops.take(ops.convert_to_tensor(logits), state, axis=0)
-        at_time = ops.take(rows, ops.minimum(time, STEPS - 1), axis=1)
-        return ops.take_along_axis(at_time, ops.reshape(ops.cast(ids, "int32"), (-1, 1, 1)), axis=1)[:, 0], state
-
-    return step
 
 
 def numpy_greedy(logits, banned=(), stop=(), min_length=0):
