@@ -11,6 +11,7 @@ from keras import ops
 import keras_attention as ka
 from keras_attention.decoding import NEG_INF, greedy_search, processors
 from keras_attention.decoding.processors import ExponentialDecayLengthPenalty, Step, processed_step
+from tests.table_steps import numpy_greedy as table_greedy
 from tests.table_steps import table_step
 
 pytestmark = pytest.mark.any_backend
@@ -95,18 +96,7 @@ def table(seed=0, batch=4):
 
 def numpy_greedy(logits, start, factor):
     """Greedy decoding of the table with the penalty, one row at a time."""
-    rows = []
-    for example in range(len(logits)):
-        ids, previous = [], 0
-        for time in range(STEPS):
-            row = logits[example, time, previous][None]
-            token = int(np.argmax(numpy_raise(row, time, start, factor)[0]))
-            ids.append(token)
-            if token == END:
-                break
-            previous = token
-        rows.append(ids + [END] * (STEPS - len(ids)))
-    return np.array(rows)
+    return table_greedy(logits, END, lambda row, time, ids: np.argmax(numpy_raise(row[None], time, start, factor)[0]))
 
 
 @pytest.mark.parametrize("start, factor", [(0, 1.0), (1, 2.0), (3, 1.5), (0, 5.0)])

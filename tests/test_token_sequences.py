@@ -22,6 +22,7 @@ from keras_attention.decoding.processors import (
     processed_step,
 )
 from keras_attention.decoding.processors.token_sequences import ends_with, sequence_table
+from tests.table_steps import numpy_greedy as table_greedy
 from tests.table_steps import table_step
 
 pytestmark = pytest.mark.any_backend
@@ -61,26 +62,18 @@ def transitions(seed):
 
 def numpy_greedy(logits, banned=(), stop=(), min_length=0):
     """Greedy decoding of the table, one row at a time, with the sequences' rules."""
-    rows = []
-    for example in range(len(logits)):
-        ids, previous = [], 0
-        for time in range(STEPS):
-            row = logits[example, time, previous].copy()
-            for sequence in banned:
-                if len(ids) >= len(sequence) - 1 and ids[len(ids) - len(sequence) + 1 :] == sequence[:-1]:
-                    row[sequence[-1]] = -np.inf
-            if time < min_length:
-                row[END] = -np.inf
-            if any(len(ids) >= len(s) and ids[len(ids) - len(s) :] == s for s in stop):
-                token = END
-            else:
-                token = int(np.argmax(row))
-            ids.append(token)
-            if token == END:
-                break
-            previous = token
-        rows.append(ids + [END] * (STEPS - len(ids)))
-    return np.array(rows)
+
+    def choose(row, time, ids):
+        for sequence in banned:
+            if len(ids) >= len(sequence) - 1 and ids[len(ids) - len(sequence) + 1 :] == sequence[:-1]:
+                row[sequence[-1]] = -np.inf
+        if time < min_length:
+            row[END] = -np.inf
+        if any(len(ids) >= len(s) and ids[len(ids) - len(s) :] == s for s in stop):
+            return END
+        return np.argmax(row)
+
+    return table_greedy(logits, END, choose)
 
 
 def decode(logits, processor_list, search=greedy_search, **options):
