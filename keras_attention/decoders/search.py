@@ -117,15 +117,10 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
         _checks.check_choice(self, "length_convention", length_convention, LENGTH_CONVENTIONS)
         self.length_convention = length_convention
         self.top_p = check_top_p(self, top_p)
-        self.num_hypotheses = _checks.check_positive_int(self, "num_hypotheses", num_hypotheses, allow_none=True)
         # A strategy may return more than its beams (a refilling beam's patience).
         most = getattr(strategies.registered().get(method), "most_hypotheses", None)
-        most = self.beam_width if most is None else most(self.beam_width, extra)
-        if self.num_hypotheses is not None and self.num_hypotheses > most:
-            bound = f"`beam_width` {self.beam_width}" + ("" if most == self.beam_width else f" or {most}")
-            raise ValueError(
-                f"{_checks.owner_name(self)}: `num_hypotheses` must be at most {bound}; got {num_hypotheses!r}."
-            )
+        most = None if most is None else most(self.beam_width, extra)
+        self.num_hypotheses = strategies.check_num_hypotheses(self, num_hypotheses, self.beam_width, most)
         self.return_token_log_probs = _checks.check_bool(self, "return_token_log_probs", return_token_log_probs)
         self.method = method
         self.seed = seed

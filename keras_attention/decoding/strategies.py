@@ -165,6 +165,20 @@ class SamplingSearch(SearchStrategy):
         return sampling_search(step_fn, initial_state, **values, **common)
 
 
+def check_num_hypotheses(owner, num_hypotheses, beam_width, most=None):
+    """`num_hypotheses` (None stays None) as a positive integer, at most
+    `most` hypotheses (what a strategy may return: `beam_width`, or more
+    with a refilling beam's patience)."""
+    value = _checks.check_positive_int(owner, "num_hypotheses", num_hypotheses, allow_none=True)
+    most = beam_width if most is None else max(most, beam_width)
+    if value is not None and value > most:
+        bound = f"`beam_width` {beam_width}" + ("" if most == beam_width else f" or {most}")
+        raise ValueError(
+            f"{_checks.owner_name(owner)}: `num_hypotheses` must be at most {bound}; got {num_hypotheses!r}."
+        )
+    return value
+
+
 class _BeamFields:
     """What every beam strategy checks and answers: its width, its two
     penalties' weights and how many hypotheses it returns."""
@@ -179,11 +193,7 @@ class _BeamFields:
         self.coverage_penalty_weight = _checks.check_number(
             owner, "coverage_penalty_weight", coverage_penalty_weight, minimum=0
         )
-        self.num_hypotheses = _checks.check_positive_int(owner, "num_hypotheses", num_hypotheses, allow_none=True)
-        most = self.beam_width if most is None else max(most, self.beam_width)
-        if self.num_hypotheses is not None and self.num_hypotheses > most:
-            bound = f"`beam_width` {self.beam_width}" + ("" if most == self.beam_width else f" or {most}")
-            raise ValueError(f"{owner}: `num_hypotheses` must be at most {bound}; got {num_hypotheses!r}.")
+        self.num_hypotheses = check_num_hypotheses(owner, num_hypotheses, self.beam_width, most)
 
     @classmethod
     def most_hypotheses(cls, beam_width, fields):

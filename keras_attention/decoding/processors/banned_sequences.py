@@ -3,19 +3,14 @@
 import numpy as np
 from keras import ops
 
-from keras_attention.decoding.processors.base import LogitsProcessor, register
-from keras_attention.decoding.processors.token_sequences import (
-    check_in_vocabulary,
-    check_token_sequences,
-    ends_with,
-    sequence_table,
-)
+from keras_attention.decoding.processors.base import register
+from keras_attention.decoding.processors.token_sequences import TokenSequencesProcessor, ends_with
 
 __all__ = ["BannedSequences"]
 
 
 @register("banned_sequences")
-class BannedSequences(LogitsProcessor):
+class BannedSequences(TokenSequencesProcessor):
     """None of the token sequences `banned_sequences` appears in the output:
     when the tokens produced so far end with all but the last token of one,
     its last token is forbidden at this step (a sequence of one token is
@@ -45,22 +40,14 @@ class BannedSequences(LogitsProcessor):
 
     order = 65
     keywords = ("banned_sequences",)
-    reads_history = True
 
     def __init__(self, banned_sequences=None):
-        self.banned_sequences = check_token_sequences(type(self).__name__, "banned_sequences", banned_sequences)
-
-    def acts(self):
-        return bool(self.banned_sequences)
-
-    def check(self, owner, end_token, max_length):
-        check_token_sequences(owner, "banned_sequences", self.banned_sequences, end_token)
+        super().__init__(banned_sequences)
 
     def process(self, logits, forbidden, state, step):
-        if not self.banned_sequences:
+        if not self.acts():
             return logits, forbidden, state
-        check_in_vocabulary(type(self).__name__, "banned_sequences", self.banned_sequences, logits.shape[-1])
-        table, lengths = sequence_table(self.banned_sequences)
+        table, lengths = self.table(logits)
         # All but the last token produced: the last is the one to forbid.
         ready = ends_with(step.history, step.time, table, lengths - 1)  # (N, S)
         last = table[np.arange(len(lengths)), lengths - 1]

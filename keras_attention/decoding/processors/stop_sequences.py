@@ -2,19 +2,14 @@
 
 from keras import ops
 
-from keras_attention.decoding.processors.base import LogitsProcessor, register
-from keras_attention.decoding.processors.token_sequences import (
-    check_in_vocabulary,
-    check_token_sequences,
-    ends_with,
-    sequence_table,
-)
+from keras_attention.decoding.processors.base import register
+from keras_attention.decoding.processors.token_sequences import TokenSequencesProcessor, ends_with
 
 __all__ = ["StopSequences"]
 
 
 @register("stop_sequences")
-class StopSequences(LogitsProcessor):
+class StopSequences(TokenSequencesProcessor):
     """Once the tokens produced end with one of `stop_sequences`, the next
     token is the end token: the output keeps the stop sequence, then ends
     (Hugging Face's `stop_strings` in tokens; CTranslate2's `end_token`
@@ -43,22 +38,14 @@ class StopSequences(LogitsProcessor):
 
     order = 90  # after every processor that forbids, before the forced prefix
     keywords = ("stop_sequences",)
-    reads_history = True
 
     def __init__(self, stop_sequences=None):
-        self.stop_sequences = check_token_sequences(type(self).__name__, "stop_sequences", stop_sequences)
-
-    def acts(self):
-        return bool(self.stop_sequences)
-
-    def check(self, owner, end_token, max_length):
-        check_token_sequences(owner, "stop_sequences", self.stop_sequences, end_token)
+        super().__init__(stop_sequences)
 
     def process(self, logits, forbidden, state, step):
-        if not self.stop_sequences:
+        if not self.acts():
             return logits, forbidden, state
-        check_in_vocabulary(type(self).__name__, "stop_sequences", self.stop_sequences, logits.shape[-1])
-        table, lengths = sequence_table(self.stop_sequences)
+        table, lengths = self.table(logits)
         stopped = ops.any(ends_with(step.history, step.time, table, lengths), axis=1, keepdims=True)  # (N, 1)
         only_end = ops.logical_and(stopped, ops.logical_not(step.is_end))
         if forbidden is None:

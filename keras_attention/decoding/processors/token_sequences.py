@@ -1,13 +1,14 @@
 """Token sequences matched against the end of what a search has produced:
-what `BannedSequences` and `StopSequences` share (their check, their table
-and the match, `O(sequences * longest)` a step)."""
+what `BannedSequences` and `StopSequences` share (their base class, their
+check, their table and the match, `O(sequences * longest)` a step)."""
 
 import numpy as np
 from keras import ops
 
 from keras_attention import _checks
+from keras_attention.decoding.processors.base import LogitsProcessor
 
-__all__ = ["check_token_sequences", "check_in_vocabulary", "sequence_table", "ends_with"]
+__all__ = ["TokenSequencesProcessor", "check_token_sequences", "check_in_vocabulary", "sequence_table", "ends_with"]
 
 
 def check_token_sequences(owner, name, sequences, end_token=None):
@@ -73,3 +74,27 @@ def ends_with(history, time, table, lengths):
     agrees = ops.logical_or(ops.equal(produced, table[None]), np.logical_not(needed)[None])
     long_enough = ops.greater_equal(ops.cast(time, "int32"), ops.convert_to_tensor(lengths, "int32"))
     return ops.logical_and(ops.all(agrees, axis=2), ops.expand_dims(long_enough, 0))
+
+
+class TokenSequencesProcessor(LogitsProcessor):
+    """A processor configured by one list of token sequences, its only
+    keyword: checked when built and against the search's end token, its
+    NumPy table built once (not at every step of a search)."""
+
+    reads_history = True
+
+    def __init__(self, sequences):
+        (name,) = self.keywords
+        setattr(self, name, check_token_sequences(type(self).__name__, name, sequences))
+        self._table = sequence_table(getattr(self, name)) if getattr(self, name) else None
+
+    def acts(self):
+        return self._table is not None
+
+    def check(self, owner, end_token, max_length):
+        check_token_sequences(owner, self.keywords[0], getattr(self, self.keywords[0]), end_token)
+
+    def table(self, logits):
+        """`(table, lengths)` (`sequence_table`), its ids checked against the width of `logits`."""
+        check_in_vocabulary(type(self).__name__, self.keywords[0], getattr(self, self.keywords[0]), logits.shape[-1])
+        return self._table
