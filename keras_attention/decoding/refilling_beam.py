@@ -30,7 +30,7 @@ from keras_attention.decoding.finished_pool import (
     patience_count,
 )
 from keras_attention.decoding.runtime_fields import RuntimeField
-from keras_attention.decoding.strategies import BeamSearch, SearchStrategy, _BeamFields, register
+from keras_attention.decoding.strategies import BeamSearch, SearchStrategy, _BeamFields, check_num_hypotheses, register
 
 __all__ = ["LENGTH_PENALTY_FORMS", "RefillingBeamSearch", "hypothesis_scores", "refilling_beam_search"]
 
@@ -72,13 +72,8 @@ def refilling_beam_search(
     patience = _loop.option_rows(
         patience, "float32", lambda v: _checks.check_number(owner, "patience", v, minimum=0, strict=True)
     )
-    most = max(width, patience_count(width, patience)) if not _loop.is_rows(patience) else width
-    size = _checks.check_positive_int(owner, "num_hypotheses", num_hypotheses, allow_none=True) or width
-    if size > most:
-        raise ValueError(
-            f"{owner}: `num_hypotheses` must be at most `beam_width` {width} or round(beam_width * patience) "
-            f"{most}; got {num_hypotheses!r}."
-        )
+    most = None if _loop.is_rows(patience) else patience_count(width, patience)
+    size = check_num_hypotheses(owner, num_hypotheses, width, most) or width
     # How many ended hypotheses the search waits for (with a penalty): never
     # fewer than the pool holds, where CTranslate2 refuses the request.
     if _loop.is_rows(patience):
