@@ -226,6 +226,24 @@ def test_the_search_fields_config_and_refusals():
         )
 
 
+def test_a_huge_patience_searches_to_the_last_step():
+    """Patience 1e30 (one value or per row) waits as a patience too large to be met
+    does: no count overflows to stop the search at once."""
+    logits, _ = tables(seed=5)
+    step, state = table_step(logits)
+    strategy = RefillingBeamSearch(2, length_penalty_weight=1.0)
+
+    def scores(patience):
+        runtime = {"patience": patience}
+        return numpy_of(strategy.search(step, state, runtime, start_tokens=0, end_token=END, max_length=STEPS))
+
+    never_met = scores(float(STEPS * VOCABULARY))  # more than can ever end in STEPS steps
+    assert not np.array_equal(never_met["scores"], scores(1.0)["scores"])
+    for huge in (1e30, ops.convert_to_tensor([1e30] * len(logits), "float32")):
+        np.testing.assert_array_equal(scores(huge)["ids"], never_met["ids"])
+        np.testing.assert_array_equal(scores(huge)["scores"], never_met["scores"])
+
+
 def test_decoders_take_the_strategy_and_its_config_keeps_it():
     keras.utils.set_random_seed(0)
     memory, mask = memory_batch()

@@ -74,12 +74,11 @@ def refilling_beam_search(
     )
     most = None if _loop.is_rows(patience) else patience_count(width, patience)
     size = check_num_hypotheses(owner, num_hypotheses, width, most) or width
-    # How many ended hypotheses the search waits for (with a penalty): never
-    # fewer than the pool holds, where CTranslate2 refuses the request.
-    if _loop.is_rows(patience):
-        wanted = ops.maximum(ops.cast(ops.floor(width * patience + 0.5), "int32"), size)
-    else:
-        wanted = max(patience_count(width, patience), size)
+    # How many ended hypotheses the search waits for (with a penalty), one
+    # formula for a number and for rows: never fewer than the pool holds
+    # (where CTranslate2 refuses the request), and counted in float32, so a
+    # huge patience waits to the last step instead of overflowing an int.
+    wanted = ops.maximum(ops.floor(ops.multiply(float(width), patience) + 0.5), float(size))
     _checks.check_choice(owner, "length_penalty_form", length_penalty_form, LENGTH_PENALTY_FORMS)
     alpha, beta = (
         _loop.option_rows(value, "float32", lambda v, name=name: _checks.check_number(owner, name, v, minimum=0))
@@ -147,7 +146,7 @@ def refilling_beam_search(
         top_ended = ops.logical_or(
             progress["top_ended"], ops.logical_and(ops.logical_and(ends[:, 0], valid[:, 0]), ops.logical_not(done))
         )
-        enough = ops.greater_equal(count, wanted)
+        enough = ops.greater_equal(ops.cast(count, "float32"), wanted)
         decided = ops.logical_and(top_ended, ops.greater_equal(count, size))
         if exit_early is True or exit_early is False:
             stop = decided if exit_early else enough
