@@ -297,6 +297,52 @@ def test_patience_is_ctranslate2s(converted):
             assert (ours["scores"][:, 0] > base["scores"][:, 0] + 1e-5).any()
 
 
+def test_alternatives_at_a_prefix_are_ctranslate2s(converted):
+    """`method="alternatives"` as CTranslate2's `return_alternatives` (with `beam_size=1`): at the
+    end of each row's forced prefix (0 to 3 tokens), the 3 likeliest next tokens but the end token,
+    each continued greedily; ids, lengths and scores equal CTranslate2's. With a threshold on the
+    first token's probability, ours empties the alternatives CTranslate2 leaves out."""
+    model, directory, translator = converted
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(0, 4, ROWS)
+    prefix = np.where(np.arange(3) < lengths[:, None], rng.integers(3, V, (ROWS, 3)), -1).astype("int32")
+    tokens = [[TARGET_TOKENS[i] for i in row[:n]] for row, n in zip(prefix, lengths)]
+    for threshold in (0.0, 0.05):
+        decoder = model.decoder(method="alternatives", num_alternatives=3, min_expansion_probability=threshold)
+        result = decoder(model.memory, memory_mask=model.source != 0, target_prefix=prefix)
+        ours = {key: ops.convert_to_numpy(result[key]) for key in ("ids", "lengths", "scores")}
+        empty = ours["scores"] == ka.decoding.NEG_INF
+        # CTranslate2 4.8.5 dies (SIGFPE) on a row its threshold leaves without an alternative: ours
+        # returns that row's three empty; CTranslate2 is asked for the others.
+        rows = ~empty.all(1)
+        theirs = translate_ids(
+            directory,
+            model.source[rows],
+            translator=translator,
+            beam_size=1,
+            num_hypotheses=3,
+            return_alternatives=True,
+            min_alternative_expansion_prob=threshold,
+            target_prefix=[row for row, keep in zip(tokens, rows) if keep],
+            **SAME_AS_OURS,
+        )
+        missing = theirs["scores"] == -np.inf
+        np.testing.assert_array_equal(missing, empty[rows])
+        assert (ours["lengths"][empty] == np.broadcast_to(lengths[:, None], empty.shape)[empty]).all()
+        same = (theirs["ids"][..., :MAX_LENGTH] == ours["ids"][rows]).all(2) & (
+            theirs["lengths"] == ours["lengths"][rows]
+        )
+        assert same[~missing].mean() >= 0.999, (threshold, f"{(~same[~missing]).sum()} alternatives differ")
+        kept = same & ~missing
+        np.testing.assert_allclose(theirs["scores"][kept], ours["scores"][rows][kept], atol=1e-4)
+        if threshold:
+            assert 0 < empty.mean() < 1
+        else:
+            assert not empty.any() and rows.all()
+            # Alternatives 0 and 1 of every row part at their first free token.
+            assert (ours["ids"][:, 0] != ours["ids"][:, 1]).any(1).all()
+
+
 def _assert_same_hypotheses(theirs, ours, case):
     same = (theirs["ids"][..., :MAX_LENGTH] == ours["ids"]).all((1, 2)) & (theirs["lengths"] == ours["lengths"]).all(1)
     assert same.mean() >= 0.999, (case, f"{(~same).sum()} of {len(same)} rows differ")

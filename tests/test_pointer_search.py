@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attention.decoding import BeamSearch, DiverseBeamSearch, GreedySearch, RefillingBeamSearch
+from keras_attention.decoding import (
+    AlternativesSearch,
+    BeamSearch,
+    DiverseBeamSearch,
+    GreedySearch,
+    RefillingBeamSearch,
+)
 from keras_attention.models.pointer import END, PointerNetwork
 
 pytestmark = pytest.mark.any_backend
@@ -148,6 +154,19 @@ def test_the_constraints_restrict_the_positions(network):
     # A forced first pointer, then the search.
     forced = numpy_of(network.decode(numbers, mask, prefix=np.array([[3, -1], [2, 1]], "int32")))["ids"]
     assert forced[0, 0] == 3 and forced[1, :2].tolist() == [2, 1]
+
+
+def test_alternatives_part_where_the_forced_pointers_end(network):
+    network, numbers, mask = network
+    prefix = np.array([[3, -1], [-1, -1]], "int32")
+    result = numpy_of(network.decode(numbers, mask, search=AlternativesSearch(2), prefix=prefix))
+    assert result["ids"].shape == (2, 2, MAX_LENGTH) and result["ids"][0, :, 0].tolist() == [3, 3]
+    # The two inputs left to point at, never the end, right after the forced pointers.
+    assert sorted(result["ids"][0, :, 1].tolist()) == [1, 2] and sorted(result["ids"][1, :, 0].tolist()) == [1, 2]
+    # Alternative 0 is greedy search with the end forbidden where the alternatives part.
+    greedy = numpy_of(network.decode(numbers, mask, prefix=prefix, options={"min_length": [2, 1]}))
+    np.testing.assert_array_equal(result["ids"][:, 0], greedy["ids"])
+    np.testing.assert_allclose(result["scores"][:, 0], greedy["scores"], atol=1e-5)
 
 
 def test_the_search_round_trips_through_the_config(network, tmp_path):

@@ -84,6 +84,7 @@ FIXED_OPTIONS = {
     "beam_width": "the beams are the loop's tensor shapes",
     "num_hypotheses": "it sets the outputs' shapes",
     "num_groups": "the groups split the beams, the loop's tensor shapes",
+    "num_alternatives": "the alternatives are the loop's tensor shapes and the outputs'",
     "method": "each method is another loop",
     "max_length_ratio": "set `max_length` per request instead",
     "max_length_offset": "set `max_length` per request instead",

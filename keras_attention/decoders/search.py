@@ -25,6 +25,7 @@ from keras_attention.decoding import LENGTH_CONVENTIONS, strategies, tile_batch
 from keras_attention.decoding import processors as processors_package
 from keras_attention.decoding.constraints import check_top_p
 from keras_attention.decoding.hashed_random import decoder_seed
+from keras_attention.decoding.processors import forced_prefix
 
 __all__ = ["SearchDecoder", "noise_at"]
 
@@ -277,6 +278,8 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
             length_limits=length_limits,
         )
         strategy = strategy_of(self)
+        if strategy.reads_prefix_lengths:
+            common["prefix_lengths"] = forced_prefix.prefix_lengths(target_prefix, ops.shape(memory)[0])
         runtime = {field.name: values[field.name] for field in strategy.runtime_fields if field.name in values}
         if self.seed_generator is not None and "seed" not in runtime:
             runtime["seed"] = decoder_seed(self, self.seed, self.seed_generator)  # exported: the seed

@@ -2,7 +2,8 @@
 
 Search strategies are objects too (`GreedySearch`, `SamplingSearch`,
 `BeamSearch`, `DiverseBeamSearch`, `MinPSampling`, `RefillingBeamSearch`,
-`TypicalSampling`, `EpsilonSampling`, `EtaSampling`), registered by name:
+`TypicalSampling`, `EpsilonSampling`, `EtaSampling`, `AlternativesSearch`),
+registered by name:
 `get("beam")`; the sampling strategies that cut the distribution first share
 `FilteredSampling`.
 
@@ -17,6 +18,7 @@ overflow to `-inf` and a comparison with it stays exact.
 """
 
 from keras_attention.decoding._loop import NEG_INF
+from keras_attention.decoding.alternatives import AlternativesSearch, alternatives_search
 from keras_attention.decoding.beam_search import beam_search
 from keras_attention.decoding.beam_steps import (
     LENGTH_CONVENTIONS,
@@ -44,6 +46,7 @@ from keras_attention.decoding.typical_sampling import TypicalSampling
 __all__ = [
     "LENGTH_CONVENTIONS",
     "NEG_INF",
+    "AlternativesSearch",
     "BeamSearch",
     "DiverseBeamSearch",
     "EpsilonSampling",
@@ -57,6 +60,7 @@ __all__ = [
     "SearchStrategy",
     "TypicalSampling",
     "get",
+    "alternatives_search",
     "beam_rows",
     "beam_search",
     "candidate_scores",

@@ -13,7 +13,7 @@ from keras_attention.decoding.hashed_random import hashed_uniform, row_seeds
 __all__ = ["greedy_search", "sampling_search"]
 
 
-def _single_path_search(
+def single_path_search(
     step_fn,
     initial_state,
     start_tokens,
@@ -25,6 +25,9 @@ def _single_path_search(
     return_token_log_probs=False,
     length_limits=None,
 ):
+    """The loop of `greedy_search` and `sampling_search` (and the
+    alternatives' continuations): `choose(log_probs, time)` gives each row's
+    token; the other arguments and the result are `greedy_search`'s."""
     step_fn = _loop.timed_step(step_fn)
     max_length = _loop.check_max_length(max_length)
     end_token, pad_token = _loop.check_tokens(end_token, pad_token)
@@ -153,7 +156,7 @@ def greedy_search(
     def choose(log_probs, time):
         return first_max_index(log_probs)  # ties: the lowest id, on every backend
 
-    return _single_path_search(
+    return single_path_search(
         step_fn,
         initial_state,
         start_tokens,
@@ -264,7 +267,7 @@ def sampling_search(
         uniform = hashed_uniform(seed, time, ops.shape(logits)[-1])
         return first_max_index(logits - ops.log(-ops.log(uniform)))
 
-    return _single_path_search(
+    return single_path_search(
         step_fn,
         initial_state,
         start_tokens,

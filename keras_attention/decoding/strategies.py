@@ -81,6 +81,9 @@ class SearchStrategy:
     # Hypotheses kept per example while searching (None: one, no hypotheses
     # axis); a beam-like strategy's decoder tiles its memory by it.
     beams = None
+    # Whether `search` takes `prefix_lengths=` ((batch,) the forced prefix's
+    # lengths, 0 without one): the decoder gives them to a strategy that reads them.
+    reads_prefix_lengths = False
 
     @property
     def hypotheses(self):

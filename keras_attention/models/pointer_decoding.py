@@ -16,6 +16,7 @@ from keras_attention.decoders.runtime_options import (
     check_runtime_options,
 )
 from keras_attention.decoding.beams import tile_batch
+from keras_attention.decoding.processors.forced_prefix import prefix_lengths
 from keras_attention.decoding.strategies import BeamSearch
 from keras_attention.models.pointer_search import END, constrain, pointer_strategy, split_options
 
@@ -152,9 +153,10 @@ class PointerDecoding(RuntimeOptionInputs):
             # once (the loop then need not carry, nor the search reorder, them).
             constants = tile_batch(constants, strategy.beams)
         step_fn, state = constrain(self._stepper(constants), state, max_length, min_length, allowed_positions, prefix)
-        return strategy.search(
-            step_fn, state, runtime, start_tokens=END, end_token=END, max_length=max_length, length_limits=length_limits
-        )
+        common = dict(start_tokens=END, end_token=END, max_length=max_length, length_limits=length_limits)
+        if strategy.reads_prefix_lengths:  # alternatives part where the forced pointers end
+            common["prefix_lengths"] = prefix_lengths(prefix, ops.shape(inputs)[0])
+        return strategy.search(step_fn, state, runtime, **common)
 
     def _stepper(self, constants):
         def step_fn(ids, state, time):

@@ -4,7 +4,15 @@ from keras import ops
 
 from keras_attention.decoding.processors.base import LogitsProcessor, register
 
-__all__ = ["ForcedPrefix"]
+__all__ = ["ForcedPrefix", "prefix_lengths"]
+
+
+def prefix_lengths(target_prefix, batch=None):
+    """`(B,)` int32: each row's count of forced ids (`target_prefix` `(B, P)`,
+    right-padded with -1); zeros for a `batch` without one (None)."""
+    if target_prefix is None:
+        return ops.zeros((batch,), "int32")
+    return ops.sum(ops.cast(ops.greater_equal(ops.cast(target_prefix, "int32"), 0), "int32"), axis=1)
 
 
 @register("forced_prefix")
@@ -29,7 +37,7 @@ class ForcedPrefix(LogitsProcessor):
         prefix = ops.cast(inputs["target_prefix"], "int32")
         lengths = inputs.get("prefix_lengths")
         if lengths is None:
-            lengths = ops.sum(ops.cast(ops.greater_equal(prefix, 0), "int32"), axis=1)
+            lengths = prefix_lengths(prefix)
         # One pad column: a prefix of width 0 still has a column to read.
         prefix = ops.pad(prefix, [[0, 0], [0, 1]], constant_values=-1)
         return {"prefix": prefix, "prefix_lengths": ops.cast(lengths, "int32")}
