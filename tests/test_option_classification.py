@@ -44,7 +44,7 @@ def test_every_strategy_field_is_classified():
 
 
 # The processors a call brings, by the argument that brings them.
-CALL_INPUTS = {"allowed_tokens", "target_prefix"}
+CALL_INPUTS = {"allowed_tokens", "target_prefix", "banned_sequences", "stop_sequences"}
 
 
 def test_every_processor_field_is_classified():

@@ -16,9 +16,11 @@ import keras_attention as ka
 from keras_attention.decoding import beam_search, greedy_search, processors
 from keras_attention.decoding.processors import (
     BannedSequences,
+    BannedSequencesInput,
     ForcedPrefix,
     MinLength,
     StopSequences,
+    StopSequencesInput,
     processed_step,
 )
 from keras_attention.decoding.processors.token_sequences import ends_with, sequence_table
@@ -76,11 +78,26 @@ def numpy_greedy(logits, banned=(), stop=(), min_length=0):
     return table_greedy(logits, END, choose)
 
 
-def decode(logits, processor_list, search=greedy_search, **options):
+def decode(logits, processor_list, search=greedy_search, inputs=None, **options):
     step, state = processed_step(
-        table_step(logits), ops.arange(len(logits), dtype="int32"), processor_list, END, {"max_length": STEPS}
+        table_step(logits),
+        ops.arange(len(logits), dtype="int32"),
+        processor_list,
+        END,
+        {"max_length": STEPS, **(inputs or {})},
     )
     return search(step, state, 0, END, STEPS, **options)
+
+
+def padded(sets, count=None, width=None):
+    """Each example's list of sequences as one `(B, S, L)` table, right-padded with -1."""
+    count = count or max(1, max(len(sequences) for sequences in sets))
+    width = width or max([1] + [len(sequence) for sequences in sets for sequence in sequences])
+    table = np.full((len(sets), count, width), -1, "int32")
+    for b, sequences in enumerate(sets):
+        for s, sequence in enumerate(sequences):
+            table[b, s, : len(sequence)] = sequence
+    return table
 
 
 def contains(row, sequence):
@@ -201,3 +218,60 @@ def test_every_pair_of_a_tiny_vocabulary_banned_leaves_only_the_end():
     ids = ops.convert_to_numpy(decode(logits, [BannedSequences(banned)])["ids"])
     assert ((ids[:, 0] == END) | (ids[:, 1] == END)).all()
     assert (numpy_greedy(logits)[:, 1] != END).any()  # free decoding goes on
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_sequences_given_per_request_act_on_each_example_as_fixed_ones_would(search):
+    logits = transitions(6)
+    free = numpy_greedy(logits)
+    token = next(int(t) for t in free[1] if t != END)
+    # Example 0 bans a pair it produced and stops on nothing; 1 stops on a token; 2 both, two sequences each.
+    banned = [[list(map(int, free[0, :2]))], [], [[int(free[2, 0])], list(map(int, free[2, 1:3]))]]
+    stop = [[], [[token]], [[int(free[2, 1]), int(free[2, 2])], [3, 3, 3]]]
+    banned = [[q for q in sets if END not in q] for sets in banned]
+    options = {} if search == "greedy" else {"beam_width": 3}
+    run = greedy_search if search == "greedy" else beam_search
+    tables = {"banned_sequences": ops.convert_to_tensor(padded(banned, 3, 4)), "stop_sequences": padded(stop)}
+    request = decode(logits, [BannedSequencesInput(), StopSequencesInput()], run, inputs=tables, **options)
+    request = ops.convert_to_numpy(request["ids"])
+    for b in range(3):
+        fixed = [BannedSequences(banned[b])] if banned[b] else []
+        fixed += [StopSequences(stop[b])] if stop[b] else []
+        alone = ops.convert_to_numpy(decode(logits[b : b + 1], fixed, run, **options)["ids"])[0]
+        np.testing.assert_array_equal(request[b], alone, err_msg=f"example {b}")
+    if search == "greedy":
+        np.testing.assert_array_equal(request[1], numpy_greedy(logits[1:2], stop=stop[1])[0])
+        assert not np.array_equal(request, free)
+
+
+def test_a_decoder_takes_sequences_with_the_call_beside_its_own_and_refuses_bad_ones():
+    keras.utils.set_random_seed(0)
+    parts = (ka.AttentionGRUCell(8, ka.AdditiveAttention(4)), keras.layers.Embedding(9, 4), keras.layers.Dense(9))
+    memory = np.random.default_rng(1).normal(size=(3, 4, 6)).astype("float32")
+    free = ops.convert_to_numpy(ka.InferenceDecoder(*parts, 1, END, 8)(memory)["ids"])
+    first = [[int(free[b, 0])] if free[b, 0] != END else [7] for b in range(3)]
+    second = [[int(free[b, 1])] if free[b, 1] != END else [7] for b in range(3)]
+    built = ka.InferenceDecoder(*parts, 1, END, 8, banned_sequences=first[:1])
+    union = ka.InferenceDecoder(*parts, 1, END, 8, banned_sequences=first[:1] + second[:1])
+    # The decoder's own banned sequence and the request's both hold on example 0.
+    request = padded([second[:1], [], []])
+    both = ops.convert_to_numpy(built(memory, banned_sequences=request)["ids"])
+    np.testing.assert_array_equal(both[0], ops.convert_to_numpy(union(memory)["ids"])[0])
+    np.testing.assert_array_equal(both[1:], ops.convert_to_numpy(built(memory)["ids"])[1:])
+    plain = ka.InferenceDecoder(*parts, 1, END, 8)
+    stopped = ops.convert_to_numpy(plain(memory, stop_sequences=padded([first[0:1], [], first[2:3]]))["ids"])
+    starting = [b for b in (0, 2) if free[b, 0] != END]  # a first token to stop after
+    assert starting
+    np.testing.assert_array_equal(stopped[starting, 1], END)
+    np.testing.assert_array_equal(stopped[1], free[1])
+    # Sequences of no tokens are none.
+    np.testing.assert_array_equal(ops.convert_to_numpy(plain(memory, stop_sequences=np.zeros((3, 2, 0)))["ids"]), free)
+    for bad, message in (
+        (padded([[[3]], [], []])[:2], r"must be \(batch = 3, sequences, tokens\) ids"),
+        (padded([[[3, 9]], [], []]), r"holds an id outside the vocabulary in sequence 0 of example 0"),
+        (padded([[], [[4, END]], []]), r"holds the end token 2 \(nothing follows it\) in sequence 0 of example 1"),
+        (np.array([[[4, -1, 5]]] * 3, "int32"), r"holds an id after its -1 padding in sequence 0 of example 0"),
+        (np.array([[4, 5]] * 3, "int32"), r"must be \(batch = 3, sequences, tokens\) ids, each .*; got shape \[3, 2\]"),
+    ):
+        with pytest.raises(ValueError, match=r"InferenceDecoder: `stop_sequences` " + message):
+            plain(memory, stop_sequences=bad)

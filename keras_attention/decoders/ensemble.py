@@ -192,6 +192,8 @@ class EnsembleDecoder(SearchDecoder):
         target_prefix=None,
         options=None,
         mask=None,
+        banned_sequences=None,
+        stop_sequences=None,
     ):
         self._check_memories(memories, "memories")
         return self.output_spec_for(memories[0].shape[0], memories[0].shape[1])

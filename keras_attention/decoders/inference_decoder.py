@@ -92,11 +92,15 @@ class InferenceDecoder(SearchDecoder):
         repetition_penalty: >= 1; CTRL's penalty on the logits of tokens
             already produced (1: none).
         no_repeat_ngram_size: n > 0 forbids repeating any n-gram (0: none).
-            These constraints hold for every method. Two call arguments go
+            These constraints hold for every method. Call arguments go
             with them: the `allowed_tokens` `(B, V)` bool restricts each
-            example to its own ids (the end token always allowed), and
+            example to its own ids (the end token always allowed),
             `target_prefix` `(B, P)` ids (right-padded with -1) forces each
-            example's first tokens, after which decoding continues freely.
+            example's first tokens, after which decoding continues freely,
+            and `banned_sequences`, `stop_sequences` `(B, S, L)` ids give
+            each example its own sequences (each right-padded with -1, a
+            row of -1 none), beside the decoder's `banned_sequences` and
+            `stop_sequences` keywords.
             See `keras_attention.decoding.constrained_step`.
         return_alignments: keep and return the alignment history. Off, the
             loop carries no `(B, L, Ts)` buffer: what a serving model wants.

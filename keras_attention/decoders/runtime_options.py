@@ -34,6 +34,7 @@ __all__ = [
     "check_option_values",
     "check_length_values",
     "check_prefix_values",
+    "check_sequence_values",
     "check_runtime_options",
     "concrete_values",
     "expectation",
@@ -89,8 +90,8 @@ FIXED_OPTIONS = {
     "max_length_ratio": "set `max_length` per request instead",
     "max_length_offset": "set `max_length` per request instead",
     "suppress_tokens": "the `allowed_tokens` input already restricts ids per example",
-    "banned_sequences": "the sequences are constants of the loop (per request: no input yet)",
-    "stop_sequences": "the sequences are constants of the loop (per request: no input yet)",
+    "banned_sequences": "the sequences are constants of the loop; per request, the call's `banned_sequences` input",
+    "stop_sequences": "the sequences are constants of the loop; per request, the call's `stop_sequences` input",
     "early_stopping": "it changes the loop's condition",
     "length_convention": "it changes the score's bookkeeping",
     "length_penalty_form": "it changes the score's formula",
@@ -230,6 +231,37 @@ def check_prefix_values(where, prefix, vocabulary, limits):
             f"{where} forces {int(lengths[b])} tokens on example {b}, more than its max_length "
             f"{int(np.broadcast_to(limits, lengths.shape)[b])}; got the prefix row {prefix[b].tolist()}."
         )
+
+
+def check_sequence_values(where, table, vocabulary, end_token, batch=None):
+    """Token sequences given per request, `(B, S, L)` ids with each sequence
+    right-padded with -1, are refused, naming `where` (e.g. "input
+    `banned_sequences`"), when one holds an id outside the vocabulary of
+    `vocabulary` ids (None: unknown), the end token, or an id after its
+    padding (it would match nothing, or not what was meant, silently), or
+    when its rows are not the `batch` examples (when known). Keras
+    (eagerly) and ONNX serving check with this; the SavedModel asserts the
+    same."""
+    table = np.asarray(table)
+    if table.ndim != 3 or (batch is not None and len(table) != batch):
+        rows = "batch" if batch is None else f"batch = {batch}"
+        raise ValueError(
+            f"{where} must be ({rows}, sequences, tokens) ids, each sequence right-padded with -1; got shape "
+            f"{list(table.shape)}."
+        )
+    problems = (
+        ((table < -1) | (table >= (np.inf if vocabulary is None else vocabulary)), "an id outside the vocabulary"),
+        (table == end_token, f"the end token {end_token} (nothing follows it)"),
+        ((table >= 0) & (np.cumsum(table < 0, axis=2) > 0), "an id after its -1 padding"),
+    )
+    for wrong, what in problems:
+        if wrong.any():
+            b, s, _ = (int(i) for i in np.argwhere(wrong)[0])
+            top = "its size - 1" if vocabulary is None else vocabulary - 1
+            raise ValueError(
+                f"{where} holds {what} in sequence {s} of example {b}: expected ids from 0 to {top} but the end "
+                f"token, right-padded with -1; got {table[b, s].tolist()}."
+            )
 
 
 def option_bounds(name, default, max_length):

@@ -18,6 +18,7 @@ from keras_attention.decoders.runtime_options import (
     RuntimeOptionInputs,
     check_prefix_values,
     check_runtime_options,
+    check_sequence_values,
     concrete_values,
 )
 from keras_attention.decoders.search_methods import METHODS, adopt_strategy, keyword_less_fields, strategy_of
@@ -171,6 +172,8 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
         target_prefix=None,
         options=None,
         mask=None,
+        banned_sequences=None,
+        stop_sequences=None,
     ):
         # Keras fills `mask` from the memory's Keras mask when the memory is
         # the only tensor argument, and `memory_mask` when there are more; an
@@ -178,7 +181,8 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
         memory_mask = first_mask(mask if memory_mask is None else memory_mask)
         prepared, states = self.prepare_search(memory, memory_mask, initial_state)
         source = self.search_source(memory)
-        return self.search(prepared, states, source, memory_mask, allowed_tokens, target_prefix, options)
+        sequences = {"banned_sequences": banned_sequences, "stop_sequences": stop_sequences}
+        return self.search(prepared, states, source, memory_mask, allowed_tokens, target_prefix, options, sequences)
 
     def step_noise(self, rows, source_length):
         """The random numbers `decode_step` reads at each step, drawn before
@@ -221,17 +225,35 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
         check_prefix_values(f"{_checks.owner_name(self)}: `target_prefix`", prefix, self.vocabulary_size(), limits)
 
     def search(
-        self, prepared, initial_state, memory, memory_mask, allowed_tokens=None, target_prefix=None, options=None
+        self,
+        prepared,
+        initial_state,
+        memory,
+        memory_mask,
+        allowed_tokens=None,
+        target_prefix=None,
+        options=None,
+        sequences=None,
     ):
         """Run the configured search over `decode_step(ids, states, prepared, time, noise)`.
 
         `prepared` is what `decode_step` reads (tiled here for beam search),
         `memory` `(B, Ts, ...)` and `memory_mask` give the batch and the
-        source lengths, `options` the run-time options' values. A decoder
-        over other memories (`EnsembleDecoder`) prepares its own and
-        searches through this."""
+        source lengths, `options` the run-time options' values, `sequences`
+        the call's per-request token sequences ({"banned_sequences",
+        "stop_sequences"}: `(B, S, L)` or None). A decoder over other
+        memories (`EnsembleDecoder`) prepares its own and searches through
+        this."""
         values = self._option_values(options, ops.shape(memory)[0])
         self._check_prefix(target_prefix, None if options is None else options.get("max_length"))
+        sequences = {name: value for name, value in (sequences or {}).items() if value is not None}
+        for name, value in sequences.items():
+            table = concrete_values(value)
+            if table is not None:  # known now: an eager call
+                where = f"{_checks.owner_name(self)}: `{name}`"
+                batch = concrete_values(ops.shape(memory)[0])
+                batch = None if batch is None else int(batch)
+                check_sequence_values(where, table, self.vocabulary_size(), self.end_token, batch)
 
         beams = strategy_of(self).beams
         if beams:
@@ -248,7 +270,7 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
             return self.decode_step(ids, states, prepared, time, noise=noise_at(noise, time))
 
         length_limits = values.get("max_length")
-        calls = {"allowed_tokens": allowed_tokens, "target_prefix": target_prefix}
+        calls = {"allowed_tokens": allowed_tokens, "target_prefix": target_prefix, **sequences}
         active = list(self.processors) + [
             cls() for cls in processors_package.registered().values() if calls.get(cls.call_input) is not None
         ]
@@ -297,6 +319,8 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
         target_prefix=None,
         options=None,
         mask=None,
+        banned_sequences=None,
+        stop_sequences=None,
     ):
         return self.output_spec_for(memory.shape[0], memory.shape[1])
 

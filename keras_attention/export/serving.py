@@ -12,6 +12,7 @@ from keras_attention.decoders.runtime_options import (
     check_length_values,
     check_option_values,
     check_prefix_values,
+    check_sequence_values,
 )
 from keras_attention.export.fused_rnn import ZERO_STEPS_REFUSED
 from keras_attention.export.layout import DEFAULT_SIGNATURE, PRECISIONS, REPORT_FILE, VOCABULARY_FILE, _onnx_file
@@ -195,9 +196,13 @@ def session_options(session, key=OPTIONS_PROPERTY):
 def check_prefixes(prefixes, feeds):
     """Check the forced prefixes among `feeds` ({input name: {"vocabulary",
     "max_length"}} in `prefixes`) against their vocabulary and the run's
-    `max_length` (fed, else the export's): what the SavedModel asserts and
-    the ONNX, LiteRT and OpenVINO files cannot."""
+    `max_length` (fed, else the export's), and the per-request token
+    sequences (facts with a "kind") as `check_sequence_values` does: what
+    the SavedModel asserts and the ONNX, LiteRT and OpenVINO files cannot."""
     for name, facts in prefixes.items():
+        if facts.get("kind", "target_prefix") != "target_prefix":  # per-request token sequences
+            check_sequence_values(f"input `{name}`", feeds[name], facts["vocabulary"], facts["end_token"])
+            continue
         limits = feeds.get("max_length")
         limits = facts["max_length"] if limits is None or limits.size == 0 else limits
         check_prefix_values(f"input `{name}`", feeds[name], facts["vocabulary"], limits)

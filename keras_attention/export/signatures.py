@@ -38,7 +38,10 @@ class Signature:
             options among the inputs (empty for other models).
         prefixes: {input name: {"vocabulary", "max_length"}} of the inputs fed
             as a decoder's `target_prefix`: serving refuses ids outside the
-            vocabulary and prefixes longer than an example's max_length.
+            vocabulary and prefixes longer than an example's max_length; and
+            {input name: {"kind", "vocabulary", "end_token"}} of those fed as
+            its per-request `banned_sequences` or `stop_sequences` ("kind"),
+            whose ids serving checks as `check_sequence_values` does.
 
     `call_keras(arrays)` gives Keras's outputs, {output name: numpy array};
     `serve(*tensors)` is the function the TensorFlow formats trace.
@@ -138,6 +141,10 @@ def _checked_prefixes(signature, tensors):
     named = dict(zip(signature.input_names, tensors))
     checked = {}
     for name, facts in signature.prefixes.items():
+        if facts.get("kind", "target_prefix") != "target_prefix":
+            with tf.control_dependencies(_sequence_assertions(name, tf.cast(named[name], tf.int32), facts)):
+                checked[name] = tf.identity(named[name])
+            continue
         prefix = tf.cast(named[name], tf.int32)
         assertions = []
         if facts["vocabulary"] is not None:
@@ -158,9 +165,34 @@ def _checked_prefixes(signature, tensors):
     return [checked.get(n, t) for n, t in named.items()]
 
 
+def _sequence_assertions(name, table, facts):
+    """The SavedModel's assertions on per-request token sequences `(B, S,
+    L)`: what `check_sequence_values` refuses in Keras and ONNX serving."""
+    import tensorflow as tf
+
+    top = facts["vocabulary"] - 1 if facts["vocabulary"] is not None else tf.int32.max
+    after_padding = (table >= 0) & (tf.cumsum(tf.cast(table < 0, tf.int32), axis=2) > 0)
+    checks = (
+        ((table >= -1) & (table <= top), f"holds an id outside the vocabulary: expected ids from 0 to {top}"),
+        (table != facts["end_token"], f"holds the end token {facts['end_token']}: nothing is produced after it"),
+        (~after_padding, "holds an id after its -1 padding: each sequence is right-padded"),
+    )
+    return [
+        tf.debugging.Assert(tf.reduce_all(valid), [f"input `{name}` {message}; got", table], summarize=16)
+        for valid, message in checks
+    ]
+
+
+# The decoders' call arguments that take token ids, with their position in
+# `SearchDecoder.call` (a functional model may give them positionally).
+TOKEN_ARGUMENTS = {"target_prefix": 4, "banned_sequences": 7, "stop_sequences": 8}
+
+
 def model_prefixes(model, named_inputs):
-    """{input name: {"vocabulary", "max_length"}} of the model inputs fed as
-    a decoder's `target_prefix` (`named_inputs`: [(name, KerasTensor)])."""
+    """{input name: facts} of the model inputs fed as a decoder's token-id
+    arguments (`named_inputs`: [(name, KerasTensor)]): {"vocabulary",
+    "max_length"} for a `target_prefix`, {"kind", "vocabulary",
+    "end_token"} for per-request `banned_sequences` and `stop_sequences`."""
     names = {id(tensor): name for name, tensor in named_inputs}
     found = {}
 
@@ -168,11 +200,18 @@ def model_prefixes(model, named_inputs):
         if isinstance(layer, SearchDecoder):
             for node in getattr(layer, "_inbound_nodes", []):
                 arguments = node.arguments
-                prefix = arguments.kwargs.get("target_prefix")
-                if prefix is None and len(arguments.args) > 4:
-                    prefix = arguments.args[4]
-                if id(prefix) in names:
-                    found[names[id(prefix)]] = {"vocabulary": layer.vocabulary_size(), "max_length": layer.max_length}
+                for argument, position in TOKEN_ARGUMENTS.items():
+                    value = arguments.kwargs.get(argument)
+                    if value is None and len(arguments.args) > position:
+                        value = arguments.args[position]
+                    if id(value) not in names:
+                        continue
+                    facts = {"vocabulary": layer.vocabulary_size()}
+                    if argument == "target_prefix":
+                        facts["max_length"] = layer.max_length
+                    else:
+                        facts.update(kind=argument, end_token=layer.end_token)
+                    found[names[id(value)]] = facts
             return
         for sublayer in getattr(layer, "layers", None) or []:
             visit(sublayer)

@@ -2,7 +2,8 @@
 
 `MinLength`, `RelativeMaxLength`, `SuppressTokens`, `AllowedTokens`,
 `RepetitionPenalty`, `ExponentialDecayLengthPenalty`, `NoRepeatNgram`,
-`BannedSequences`, `StopSequences` and `ForcedPrefix` compose in their
+`BannedSequences`, `StopSequences` (and, per request, `BannedSequencesInput`
+and `StopSequencesInput`) and `ForcedPrefix` compose in their
 declared `order` into one wrapped step (`processed_step`) that every search
 runs; each declares its run-time fields, from which the decoders' table of
 run-time options is built. `get("min_length")` gives one by name; a new
@@ -10,7 +11,7 @@ processor is one module with a `register` decorator.
 """
 
 from keras_attention.decoding.processors.allowed_tokens import AllowedTokens
-from keras_attention.decoding.processors.banned_sequences import BannedSequences
+from keras_attention.decoding.processors.banned_sequences import BannedSequences, BannedSequencesInput
 from keras_attention.decoding.processors.base import LogitsProcessor, Step, get, register, registered, unregister
 from keras_attention.decoding.processors.composition import processed_step
 from keras_attention.decoding.processors.configuration import configured_processors, keyword_names
@@ -20,12 +21,13 @@ from keras_attention.decoding.processors.min_length import MinLength
 from keras_attention.decoding.processors.no_repeat_ngram import NoRepeatNgram
 from keras_attention.decoding.processors.relative_max_length import RelativeMaxLength, relative_max_lengths
 from keras_attention.decoding.processors.repetition_penalty import RepetitionPenalty
-from keras_attention.decoding.processors.stop_sequences import StopSequences
+from keras_attention.decoding.processors.stop_sequences import StopSequences, StopSequencesInput
 from keras_attention.decoding.processors.suppress_tokens import SuppressTokens
 
 __all__ = [
     "AllowedTokens",
     "BannedSequences",
+    "BannedSequencesInput",
     "ExponentialDecayLengthPenalty",
     "ForcedPrefix",
     "LogitsProcessor",
@@ -35,6 +37,7 @@ __all__ = [
     "RepetitionPenalty",
     "Step",
     "StopSequences",
+    "StopSequencesInput",
     "SuppressTokens",
     "configured_processors",
     "get",

@@ -4,9 +4,14 @@ import numpy as np
 from keras import ops
 
 from keras_attention.decoding.processors.base import register
-from keras_attention.decoding.processors.token_sequences import TokenSequencesProcessor, ends_with
+from keras_attention.decoding.processors.token_sequences import (
+    SequencesInputProcessor,
+    TokenSequencesProcessor,
+    ends_with,
+    ends_with_rows,
+)
 
-__all__ = ["BannedSequences"]
+__all__ = ["BannedSequences", "BannedSequencesInput"]
 
 
 @register("banned_sequences")
@@ -53,4 +58,31 @@ class BannedSequences(TokenSequencesProcessor):
         last = table[np.arange(len(lengths)), lengths - 1]
         is_last = ops.equal(ops.expand_dims(ops.convert_to_tensor(last, "int32"), 1), step.token)  # (S, V)
         banned = ops.greater(ops.matmul(ops.cast(ready, "float32"), ops.cast(is_last, "float32")), 0.0)
+        return logits, self.forbid(forbidden, banned), state
+
+
+@register("banned_sequences_input")
+class BannedSequencesInput(SequencesInputProcessor):
+    """`BannedSequences` per request: the call's `banned_sequences` `(B, S,
+    L)` gives each example its own sequences (ids right-padded with -1, a
+    row of -1 no sequence); a decoder adds this processor when a call gives
+    them, beside any it was built with. A step costs `O(S * L)` gathers and
+    one `(N, S, V)` comparison.
+
+    Example:
+
+    ```python
+    keras_attention.decoding.processors.BannedSequencesInput()
+    ```
+    """
+
+    order = 66
+    call_input = "banned_sequences"
+
+    def process(self, logits, forbidden, state, step):
+        table, lengths = state["table"], state["lengths"]
+        ready = ops.logical_and(ends_with_rows(step.history, step.time, table, lengths - 1), ops.greater(lengths, 0))
+        last = ops.take_along_axis(table, ops.expand_dims(ops.maximum(lengths - 1, 0), 2), axis=2)  # (N, S, 1)
+        is_last = ops.equal(last, ops.expand_dims(step.token, 0))  # (N, S, V)
+        banned = ops.any(ops.logical_and(ops.expand_dims(ready, 2), is_last), axis=1)
         return logits, self.forbid(forbidden, banned), state

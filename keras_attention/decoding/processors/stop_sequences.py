@@ -3,9 +3,23 @@
 from keras import ops
 
 from keras_attention.decoding.processors.base import register
-from keras_attention.decoding.processors.token_sequences import TokenSequencesProcessor, ends_with
+from keras_attention.decoding.processors.token_sequences import (
+    SequencesInputProcessor,
+    TokenSequencesProcessor,
+    ends_with,
+    ends_with_rows,
+)
 
-__all__ = ["StopSequences"]
+__all__ = ["StopSequences", "StopSequencesInput"]
+
+
+def stop_after(stopped, forbidden, step):
+    """`forbidden` where `stopped` `(N, 1)` rows may produce only the end token."""
+    only_end = ops.logical_and(stopped, ops.logical_not(step.is_end))
+    if forbidden is None:
+        return only_end
+    # Logical ops, not a select: onnxruntime has no boolean Where.
+    return ops.logical_or(only_end, ops.logical_and(ops.logical_not(stopped), forbidden))
 
 
 @register("stop_sequences")
@@ -47,8 +61,27 @@ class StopSequences(TokenSequencesProcessor):
             return logits, forbidden, state
         table, lengths = self.table(logits)
         stopped = ops.any(ends_with(step.history, step.time, table, lengths), axis=1, keepdims=True)  # (N, 1)
-        only_end = ops.logical_and(stopped, ops.logical_not(step.is_end))
-        if forbidden is None:
-            return logits, only_end, state
-        # Logical ops, not a select: onnxruntime has no boolean Where.
-        return logits, ops.logical_or(only_end, ops.logical_and(ops.logical_not(stopped), forbidden)), state
+        return logits, stop_after(stopped, forbidden, step), state
+
+
+@register("stop_sequences_input")
+class StopSequencesInput(SequencesInputProcessor):
+    """`StopSequences` per request: the call's `stop_sequences` `(B, S, L)`
+    gives each example its own sequences (ids right-padded with -1, a row of
+    -1 no sequence); a decoder adds this processor when a call gives them,
+    beside any it was built with.
+
+    Example:
+
+    ```python
+    keras_attention.decoding.processors.StopSequencesInput()
+    ```
+    """
+
+    order = 91
+    call_input = "stop_sequences"
+
+    def process(self, logits, forbidden, state, step):
+        table, lengths = state["table"], state["lengths"]
+        ends = ops.logical_and(ends_with_rows(step.history, step.time, table, lengths), ops.greater(lengths, 0))
+        return logits, stop_after(ops.any(ends, axis=1, keepdims=True), forbidden, step), state

@@ -8,7 +8,15 @@ from keras import ops
 from keras_attention import _checks
 from keras_attention.decoding.processors.base import LogitsProcessor
 
-__all__ = ["TokenSequencesProcessor", "check_token_sequences", "check_in_vocabulary", "sequence_table", "ends_with"]
+__all__ = [
+    "SequencesInputProcessor",
+    "TokenSequencesProcessor",
+    "check_token_sequences",
+    "check_in_vocabulary",
+    "ends_with",
+    "ends_with_rows",
+    "sequence_table",
+]
 
 
 def check_token_sequences(owner, name, sequences, end_token=None):
@@ -98,3 +106,34 @@ class TokenSequencesProcessor(LogitsProcessor):
         """`(table, lengths)` (`sequence_table`), its ids checked against the width of `logits`."""
         check_in_vocabulary(type(self).__name__, self.keywords[0], getattr(self, self.keywords[0]), logits.shape[-1])
         return self._table
+
+
+def ends_with_rows(history, time, table, lengths):
+    """`ends_with` with each row's own sequences: `table` `(N, S, L)` int32
+    (-1 pads) and `lengths` `(N, S)` tensors; `(N, S)` bool, whether the
+    `time` tokens produced so far end with the first `lengths[n, s]` tokens
+    of `table[n, s]` (a length 0 always matches)."""
+    columns = ops.reshape(ops.arange(ops.shape(table)[2], dtype="int32"), (1, 1, -1))
+    lengths = ops.expand_dims(ops.cast(lengths, "int32"), 2)
+    needed = ops.less(columns, lengths)
+    positions = ops.clip(ops.cast(time, "int32") - lengths + columns, 0, ops.shape(history)[1] - 1)
+    produced = ops.take_along_axis(history, ops.reshape(positions, (ops.shape(table)[0], -1)), axis=1)
+    agrees = ops.logical_or(ops.equal(ops.reshape(produced, ops.shape(table)), table), ops.logical_not(needed))
+    long_enough = ops.greater_equal(ops.cast(time, "int32"), lengths[..., 0])
+    return ops.logical_and(ops.all(agrees, axis=2), long_enough)
+
+
+class SequencesInputProcessor(LogitsProcessor):
+    """A processor whose token sequences come with the call, one set per
+    example: `(B, S, L)` ids, each sequence right-padded with -1 and a row
+    of -1 no sequence (so examples may have different counts). Its state is
+    the table and each sequence's length, which beam search tiles and
+    reorders with the hypotheses. The ids are checked where they are fed
+    (`check_sequence_values`)."""
+
+    reads_history = True
+
+    def start(self, batch, inputs):
+        # One pad column: sequences of width 0 (none) still have a column to read.
+        table = ops.pad(ops.cast(inputs[self.call_input], "int32"), [[0, 0], [0, 0], [0, 1]], constant_values=-1)
+        return {"table": table, "lengths": ops.sum(ops.cast(ops.greater_equal(table, 0), "int32"), axis=2)}
