@@ -58,6 +58,8 @@ OPTIONS = {
     "eta": {"eta_cutoff": [0.6, 0.05, 0.0], "seed": [101, 102, 103]},
     # The options it shares with "beam" are exercised there.
     "diverse_beam": {"diversity_strength": [0.0, 2.0, 8.0]},
+    # Its constraints input is exported in test_constrained_beam_export.py.
+    "constrained_beam": {"length_penalty_weight": [0.0, 2.0, 6.0]},
     # Its prefix input is exported in test_alternatives_export.py.
     "alternatives": {"min_expansion_probability": [0.3, 0.0, 0.15]},
     "refilling_beam": {
@@ -73,6 +75,7 @@ OPTIONS = {
 CONSTRUCTOR = {
     "diverse_beam": {"num_groups": 3},
     "alternatives": {"num_alternatives": 3},
+    "constrained_beam": {"max_constraints": 1},
     "greedy": {"length_decay_start": 4, "length_decay_factor": 1.3},
     "sample": {"length_decay_start": 2, "length_decay_factor": 1.3},
     "beam": {"length_decay_start": 4, "length_decay_factor": 1.3},
@@ -86,7 +89,7 @@ CONSTRUCTOR = {
 # first seed under which every option of `OPTIONS` changes the ids) give it
 # sources that matter, ends at various steps and repetitions to block.
 BIAS_SEEDS = {"greedy": 3, "sample": 0, "beam": 3, "min_p": 0, "diverse_beam": 3, "refilling_beam": 4}
-BIAS_SEEDS.update(typical=0, epsilon=0, eta=0, alternatives=0)
+BIAS_SEEDS.update(typical=0, epsilon=0, eta=0, alternatives=0, constrained_beam=3)
 
 
 def option_model(method, names=None, **constructor):

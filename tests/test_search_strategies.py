@@ -28,8 +28,8 @@ def table_step(seed=0, batch=2):
 
 def test_the_registry_finds_each_strategy_by_name():
     assert list(strategies.registered()) == [
-        *("greedy", "sample", "beam", "alternatives", "diverse_beam", "epsilon", "typical", "eta", "min_p"),
-        "refilling_beam",
+        *("greedy", "sample", "beam", "alternatives", "constrained_beam", "diverse_beam", "epsilon", "typical"),
+        *("eta", "min_p", "refilling_beam"),
     ]
     assert isinstance(decoding.get("greedy"), GreedySearch)
     assert isinstance(decoding.get("sample"), SamplingSearch)
@@ -38,8 +38,8 @@ def test_the_registry_finds_each_strategy_by_name():
     assert decoding.get(given) is given
     with pytest.raises(
         ValueError,
-        match=r"must be one of \['greedy', 'sample', 'beam', 'alternatives', 'diverse_beam', 'epsilon', 'typical', "
-        r"'eta', 'min_p', 'refilling_beam'\].*got 'nucleus'",
+        match=r"must be one of \['greedy', 'sample', 'beam', 'alternatives', 'constrained_beam', 'diverse_beam', "
+        r"'epsilon', 'typical', 'eta', 'min_p', 'refilling_beam'\].*got 'nucleus'",
     ):
         decoding.get("nucleus")
 

@@ -194,6 +194,8 @@ class EnsembleDecoder(SearchDecoder):
         mask=None,
         banned_sequences=None,
         stop_sequences=None,
+        constraints=None,
+        constraint_groups=None,
     ):
         self._check_memories(memories, "memories")
         return self.output_spec_for(memories[0].shape[0], memories[0].shape[1])

@@ -85,6 +85,7 @@ FIXED_OPTIONS = {
     "beam_width": "the beams are the loop's tensor shapes",
     "num_hypotheses": "it sets the outputs' shapes",
     "num_groups": "the groups split the beams, the loop's tensor shapes",
+    "max_constraints": "the constraint slots are the loop's tensor shapes and the outputs'",
     "num_alternatives": "the alternatives are the loop's tensor shapes and the outputs'",
     "method": "each method is another loop",
     "max_length_ratio": "set `max_length` per request instead",
@@ -233,13 +234,14 @@ def check_prefix_values(where, prefix, vocabulary, limits):
         )
 
 
-def check_sequence_values(where, table, vocabulary, end_token, batch=None):
+def check_sequence_values(where, table, vocabulary, end_token, batch=None, most=None):
     """Token sequences given per request, `(B, S, L)` ids with each sequence
     right-padded with -1, are refused, naming `where` (e.g. "input
     `banned_sequences`"), when one holds an id outside the vocabulary of
     `vocabulary` ids (None: unknown), the end token, or an id after its
     padding (it would match nothing, or not what was meant, silently), or
-    when its rows are not the `batch` examples (when known). Keras
+    when its rows are not the `batch` examples (when known) or it holds
+    more than `most` sequences (a search's constraint slots). Keras
     (eagerly) and ONNX serving check with this; the SavedModel asserts the
     same."""
     table = np.asarray(table)
@@ -248,6 +250,11 @@ def check_sequence_values(where, table, vocabulary, end_token, batch=None):
         raise ValueError(
             f"{where} must be ({rows}, sequences, tokens) ids, each sequence right-padded with -1; got shape "
             f"{list(table.shape)}."
+        )
+    if most is not None and table.shape[1] > most:
+        raise ValueError(
+            f"{where} holds {table.shape[1]} sequences per example, more than the {most} the search was built "
+            f"for (`max_constraints`); got shape {list(table.shape)}."
         )
     problems = (
         ((table < -1) | (table >= (np.inf if vocabulary is None else vocabulary)), "an id outside the vocabulary"),

@@ -9,17 +9,14 @@ sampling, constraints, what to return) and runs the search over a
 import inspect
 
 import keras
-import numpy as np
 from keras import ops
 
 from keras_attention import _checks
+from keras_attention.decoders.call_inputs import check_prefix, check_token_inputs
 from keras_attention.decoders.predict_inputs import expand_options
 from keras_attention.decoders.runtime_options import (
     RuntimeOptionInputs,
-    check_prefix_values,
     check_runtime_options,
-    check_sequence_values,
-    concrete_values,
 )
 from keras_attention.decoders.search_methods import METHODS, adopt_strategy, keyword_less_fields, strategy_of
 from keras_attention.decoding import LENGTH_CONVENTIONS, strategies, tile_batch
@@ -174,6 +171,8 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
         mask=None,
         banned_sequences=None,
         stop_sequences=None,
+        constraints=None,
+        constraint_groups=None,
     ):
         # Keras fills `mask` from the memory's Keras mask when the memory is
         # the only tensor argument, and `memory_mask` when there are more; an
@@ -181,7 +180,12 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
         memory_mask = first_mask(mask if memory_mask is None else memory_mask)
         prepared, states = self.prepare_search(memory, memory_mask, initial_state)
         source = self.search_source(memory)
-        sequences = {"banned_sequences": banned_sequences, "stop_sequences": stop_sequences}
+        sequences = {
+            "banned_sequences": banned_sequences,
+            "stop_sequences": stop_sequences,
+            "constraints": constraints,
+            "constraint_groups": constraint_groups,
+        }
         return self.search(prepared, states, source, memory_mask, allowed_tokens, target_prefix, options, sequences)
 
     def step_noise(self, rows, source_length):
@@ -208,22 +212,6 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
         batch cannot go through it): see `predict_inputs.expand_options`."""
         return expand_options(self, inputs)
 
-    def _check_prefix(self, target_prefix, max_length):
-        """A forced prefix longer than its example's max_length, or holding
-        an id outside the vocabulary (-1 pads), is refused when known now (an
-        eager call): it would be cut, or decode to nothing, silently."""
-        prefix = None if target_prefix is None else concrete_values(target_prefix)
-        if prefix is None:
-            return
-        limits = self.max_length
-        if max_length is not None:
-            given = concrete_values(max_length)
-            if given is None:
-                return
-            if np.asarray(given).size:
-                limits = given
-        check_prefix_values(f"{_checks.owner_name(self)}: `target_prefix`", prefix, self.vocabulary_size(), limits)
-
     def search(
         self,
         prepared,
@@ -241,19 +229,20 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
         `memory` `(B, Ts, ...)` and `memory_mask` give the batch and the
         source lengths, `options` the run-time options' values, `sequences`
         the call's per-request token sequences ({"banned_sequences",
-        "stop_sequences"}: `(B, S, L)` or None). A decoder over other
-        memories (`EnsembleDecoder`) prepares its own and searches through
-        this."""
+        "stop_sequences", "constraints"}: `(B, S, L)` or None; and
+        "constraint_groups" `(B, S)`). A decoder over other memories
+        (`EnsembleDecoder`) prepares its own and searches through this."""
         values = self._option_values(options, ops.shape(memory)[0])
-        self._check_prefix(target_prefix, None if options is None else options.get("max_length"))
+        check_prefix(self, target_prefix, None if options is None else options.get("max_length"))
         sequences = {name: value for name, value in (sequences or {}).items() if value is not None}
-        for name, value in sequences.items():
-            table = concrete_values(value)
-            if table is not None:  # known now: an eager call
-                where = f"{_checks.owner_name(self)}: `{name}`"
-                batch = concrete_values(ops.shape(memory)[0])
-                batch = None if batch is None else int(batch)
-                check_sequence_values(where, table, self.vocabulary_size(), self.end_token, batch)
+        strategy = strategy_of(self)
+        phrases = {name: sequences.pop(name) for name in ("constraints", "constraint_groups") if name in sequences}
+        if phrases and not strategy.reads_constraints:
+            raise ValueError(
+                f"{_checks.owner_name(self)}: `{next(iter(phrases))}` needs a search that meets constraints "
+                f'(method="constrained_beam"); this decoder\'s method is {self.method!r}.'
+            )
+        check_token_inputs(self, sequences, phrases, memory)
 
         beams = strategy_of(self).beams
         if beams:
@@ -299,7 +288,8 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
             return_token_log_probs=self.return_token_log_probs,
             length_limits=length_limits,
         )
-        strategy = strategy_of(self)
+        if strategy.reads_constraints:
+            common["constraints"], common["groups"] = phrases.get("constraints"), phrases.get("constraint_groups")
         if strategy.reads_prefix_lengths:
             common["prefix_lengths"] = forced_prefix.prefix_lengths(target_prefix, ops.shape(memory)[0])
         runtime = {field.name: values[field.name] for field in strategy.runtime_fields if field.name in values}
@@ -321,6 +311,8 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
         mask=None,
         banned_sequences=None,
         stop_sequences=None,
+        constraints=None,
+        constraint_groups=None,
     ):
         return self.output_spec_for(memory.shape[0], memory.shape[1])
 
@@ -340,6 +332,8 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
             spec["log_probs"] = keras.KerasTensor(lead, dtype="float32")
         if self.return_token_log_probs:
             spec["token_log_probs"] = keras.KerasTensor((*lead, self.max_length), dtype="float32")
+        for name, (shape, dtype) in strategy_of(self).extra_output_specs(lead).items():
+            spec[name] = keras.KerasTensor(shape, dtype=dtype)
         return spec
 
     def get_config(self):

@@ -2,7 +2,8 @@
 
 Search strategies are objects too (`GreedySearch`, `SamplingSearch`,
 `BeamSearch`, `DiverseBeamSearch`, `MinPSampling`, `RefillingBeamSearch`,
-`TypicalSampling`, `EpsilonSampling`, `EtaSampling`, `AlternativesSearch`),
+`TypicalSampling`, `EpsilonSampling`, `EtaSampling`, `AlternativesSearch`,
+`ConstrainedBeamSearch`),
 registered by name:
 `get("beam")`; the sampling strategies that cut the distribution first share
 `FilteredSampling`.
@@ -30,6 +31,7 @@ from keras_attention.decoding.beam_steps import (
     select_candidates,
 )
 from keras_attention.decoding.beams import beam_rows, gather_beams, gather_tree, reorder_beams, tile_batch, write_step
+from keras_attention.decoding.constrained_beam import ConstrainedBeamSearch, constrained_beam_search
 from keras_attention.decoding.constraints import constrained_step, relative_max_lengths, top_p_filter
 from keras_attention.decoding.diverse_beam import DiverseBeamSearch
 from keras_attention.decoding.epsilon_sampling import EpsilonSampling
@@ -48,6 +50,7 @@ __all__ = [
     "NEG_INF",
     "AlternativesSearch",
     "BeamSearch",
+    "ConstrainedBeamSearch",
     "DiverseBeamSearch",
     "EpsilonSampling",
     "EtaSampling",
@@ -64,6 +67,7 @@ __all__ = [
     "beam_rows",
     "beam_search",
     "candidate_scores",
+    "constrained_beam_search",
     "constrained_step",
     "coverage_penalty",
     "extend_hypotheses",

@@ -196,7 +196,7 @@ def beam_search(
             # search of that max_length returned.
             active = ops.less(time, length_limits)  # (batch,)
             chosen = {
-                name: _keep_where(active, value, beams[name]) if _loop.is_carried(value) else value
+                name: keep_where(active, value, beams[name]) if _loop.is_carried(value) else value
                 for name, value in chosen.items()
             }
             parents = ops.where(ops.expand_dims(active, 1), parents, ops.expand_dims(ops.arange(width), 0))
@@ -272,7 +272,7 @@ def beam_search(
     return result
 
 
-def _keep_where(active, new, old):
+def keep_where(active, new, old):
     """`new` for the examples where `active` `(batch,)`, else `old`."""
     active = ops.reshape(active, (-1,) + (1,) * (len(new.shape) - 1))
     if new.dtype == "bool":  # logical ops: onnxruntime has no boolean Where

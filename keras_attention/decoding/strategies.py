@@ -84,6 +84,13 @@ class SearchStrategy:
     # Whether `search` takes `prefix_lengths=` ((batch,) the forced prefix's
     # lengths, 0 without one): the decoder gives them to a strategy that reads them.
     reads_prefix_lengths = False
+    # Whether `search` takes `constraints=` and `groups=` (the call's
+    # `constraints` and `constraint_groups`): the decoder gives them to it.
+    reads_constraints = False
+
+    def extra_output_specs(self, lead):
+        """{name: (shape, dtype)} of the outputs beyond the searches' common ones (`lead`: their leading shape)."""
+        return {}
 
     @property
     def hypotheses(self):

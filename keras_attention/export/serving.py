@@ -201,7 +201,8 @@ def check_prefixes(prefixes, feeds):
     the SavedModel asserts and the ONNX, LiteRT and OpenVINO files cannot."""
     for name, facts in prefixes.items():
         if facts.get("kind", "target_prefix") != "target_prefix":  # per-request token sequences
-            check_sequence_values(f"input `{name}`", feeds[name], facts["vocabulary"], facts["end_token"])
+            where = f"input `{name}`"
+            check_sequence_values(where, feeds[name], facts["vocabulary"], facts["end_token"], most=facts.get("most"))
             continue
         limits = feeds.get("max_length")
         limits = facts["max_length"] if limits is None or limits.size == 0 else limits

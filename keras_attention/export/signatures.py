@@ -40,8 +40,9 @@ class Signature:
             as a decoder's `target_prefix`: serving refuses ids outside the
             vocabulary and prefixes longer than an example's max_length; and
             {input name: {"kind", "vocabulary", "end_token"}} of those fed as
-            its per-request `banned_sequences` or `stop_sequences` ("kind"),
-            whose ids serving checks as `check_sequence_values` does.
+            its per-request `banned_sequences`, `stop_sequences` or
+            `constraints` ("kind"; "most" the constraint slots), whose ids
+            serving checks as `check_sequence_values` does.
 
     `call_keras(arrays)` gives Keras's outputs, {output name: numpy array};
     `serve(*tensors)` is the function the TensorFlow formats trace.
@@ -177,6 +178,9 @@ def _sequence_assertions(name, table, facts):
         (table != facts["end_token"], f"holds the end token {facts['end_token']}: nothing is produced after it"),
         (~after_padding, "holds an id after its -1 padding: each sequence is right-padded"),
     )
+    if facts.get("most") is not None:
+        fits = tf.shape(table)[1] <= facts["most"]
+        checks += ((fits, f"holds more sequences per example than the {facts['most']} of `max_constraints`"),)
     return [
         tf.debugging.Assert(tf.reduce_all(valid), [f"input `{name}` {message}; got", table], summarize=16)
         for valid, message in checks
@@ -185,7 +189,7 @@ def _sequence_assertions(name, table, facts):
 
 # The decoders' call arguments that take token ids, with their position in
 # `SearchDecoder.call` (a functional model may give them positionally).
-TOKEN_ARGUMENTS = {"target_prefix": 4, "banned_sequences": 7, "stop_sequences": 8}
+TOKEN_ARGUMENTS = {"target_prefix": 4, "banned_sequences": 7, "stop_sequences": 8, "constraints": 9}
 
 
 def model_prefixes(model, named_inputs):
@@ -211,6 +215,8 @@ def model_prefixes(model, named_inputs):
                         facts["max_length"] = layer.max_length
                     else:
                         facts.update(kind=argument, end_token=layer.end_token)
+                    if argument == "constraints":
+                        facts["most"] = layer.max_constraints
                     found[names[id(value)]] = facts
             return
         for sublayer in getattr(layer, "layers", None) or []:
