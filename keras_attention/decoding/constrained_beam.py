@@ -42,7 +42,7 @@ from keras_attention.decoding import _loop
 from keras_attention.decoding.beam_search import keep_where
 from keras_attention.decoding.beams import gather_beams, reorder_beams, tile_batch, write_step
 from keras_attention.decoding.processors.token_sequences import ends_with_rows
-from keras_attention.decoding.strategies import BeamSearch, SearchStrategy, check_num_hypotheses, register
+from keras_attention.decoding.strategies import BeamSearch, SearchStrategy, _BeamFields, check_num_hypotheses, register
 
 __all__ = ["ConstrainedBeamSearch", "constrained_beam_search", "groups_met"]
 
@@ -306,7 +306,7 @@ def _ranked(beams, groups, alpha, hypotheses, pad_token, end_token):
 
 
 @register("constrained_beam")
-class ConstrainedBeamSearch(SearchStrategy):
+class ConstrainedBeamSearch(_BeamFields, SearchStrategy):
     """Lexically constrained beam search with dynamic beam allocation (see `constrained_beam_search`).
 
     The constraints come with each call (a decoder's `constraints` and
@@ -338,14 +338,6 @@ class ConstrainedBeamSearch(SearchStrategy):
             owner, "length_penalty_weight", length_penalty_weight, minimum=0
         )
         self.num_hypotheses = check_num_hypotheses(owner, num_hypotheses, self.beam_width)
-
-    @property
-    def beams(self):
-        return self.beam_width
-
-    @property
-    def hypotheses(self):
-        return self.num_hypotheses or self.beam_width
 
     def extra_output_specs(self, lead):
         """{name: (shape, dtype)} of the outputs beyond `BeamSearch`'s."""
