@@ -76,3 +76,19 @@ def test_constraints_are_inputs_served_with_parity_and_checked(tmp_path, capsys)
         inputs = json.dumps({key: value.tolist() for key, value in bad.items()})
         assert serve([str(tmp_path / "export"), "--inputs", inputs, "--runs", "0"]) == 1
         assert capsys.readouterr().err.startswith(f"error: input `constraints` {message}")
+    # Groups that do not pair with the phrases would pair them with others' groups, silently.
+    for groups, served_message, saved_message in (
+        (
+            request["constraint_groups"][:, :1],
+            "must be (batch, phrases) = (3, 2) group numbers >= 0",
+            "one group number",
+        ),
+        (request["constraint_groups"] - 1, "must be (batch, phrases) = (3, 2) group numbers >= 0", "numbers >= 0"),
+    ):
+        bad = {**request, "constraint_groups": np.ascontiguousarray(groups)}
+        with pytest.raises(ValueError, match=rf"input `constraint_groups` {re.escape(served_message)}"):
+            run_onnx(tmp_path / "export", bad)
+        feeds = {key: tf.constant(value) for key, value in bad.items()}
+        feeds["length_penalty_weight"] = tf.constant(np.zeros(0, "float32"))
+        with pytest.raises(tf.errors.InvalidArgumentError, match=saved_message):
+            function(**feeds)

@@ -7,7 +7,12 @@ import numpy as np
 from keras import ops
 
 from keras_attention import _checks
-from keras_attention.decoders.runtime_options import check_prefix_values, check_sequence_values, concrete_values
+from keras_attention.decoders.runtime_options import (
+    check_group_values,
+    check_prefix_values,
+    check_sequence_values,
+    concrete_values,
+)
 
 __all__ = ["check_prefix", "check_token_inputs"]
 
@@ -48,9 +53,7 @@ def check_token_inputs(decoder, sequences, phrases, memory):
     if groups is not None:
         if "constraints" not in phrases:
             raise ValueError(f"{_checks.owner_name(decoder)}: `constraint_groups` needs `constraints`.")
-        shape = tuple(phrases["constraints"].shape)[:2]
-        if None not in shape and (groups.shape != shape or (groups < 0).any()):
-            raise ValueError(
-                f"{_checks.owner_name(decoder)}: `constraint_groups` must be (batch, phrases) = {shape} group "
-                f"numbers >= 0, one per phrase of `constraints`; got {groups.tolist()!r:.120}."
-            )
+        shape = tuple(phrases["constraints"].shape)
+        check_group_values(
+            f"{_checks.owner_name(decoder)}: `constraint_groups`", groups, None if None in shape else shape
+        )

@@ -32,6 +32,7 @@ __all__ = [
     "RuntimeOption",
     "broadcast_option",
     "check_option_values",
+    "check_group_values",
     "check_length_values",
     "check_prefix_values",
     "check_sequence_values",
@@ -269,6 +270,21 @@ def check_sequence_values(where, table, vocabulary, end_token, batch=None, most=
                 f"{where} holds {what} in sequence {s} of example {b}: expected ids from 0 to {top} but the end "
                 f"token, right-padded with -1; got {table[b, s].tolist()}."
             )
+
+
+def check_group_values(where, groups, constraints_shape):
+    """`constraint_groups` are refused, naming `where`, unless they are one
+    group number >= 0 per phrase of constraints of `constraints_shape`
+    (`(B, C, L)`; None: unknown): misaligned, they would pair phrases with
+    other phrases' groups, silently."""
+    groups = np.asarray(groups)
+    shape = None if constraints_shape is None else tuple(int(d) for d in constraints_shape[:2])
+    if (shape is not None and groups.shape != shape) or groups.ndim != 2 or (groups < 0).any():
+        expected = "(batch, phrases)" if shape is None else f"(batch, phrases) = {shape}"
+        raise ValueError(
+            f"{where} must be {expected} group numbers >= 0, one per phrase of the constraints; got shape "
+            f"{list(groups.shape)}: {groups.tolist()!r:.120}."
+        )
 
 
 def option_bounds(name, default, max_length):

@@ -9,6 +9,7 @@ import numpy as np
 
 from keras_attention.decoders.runtime_options import (
     RUNTIME_OPTIONS,
+    check_group_values,
     check_length_values,
     check_option_values,
     check_prefix_values,
@@ -200,6 +201,10 @@ def check_prefixes(prefixes, feeds):
     sequences (facts with a "kind") as `check_sequence_values` does: what
     the SavedModel asserts and the ONNX, LiteRT and OpenVINO files cannot."""
     for name, facts in prefixes.items():
+        if facts.get("kind") == "constraint_groups":
+            constraints = feeds.get(facts["constraints"])
+            check_group_values(f"input `{name}`", feeds[name], None if constraints is None else constraints.shape)
+            continue
         if facts.get("kind", "target_prefix") != "target_prefix":  # per-request token sequences
             where = f"input `{name}`"
             check_sequence_values(where, feeds[name], facts["vocabulary"], facts["end_token"], most=facts.get("most"))

@@ -9,8 +9,8 @@ import keras
 import numpy as np
 
 from keras_attention.decoders.runtime_options import broadcast_option, expectation
-from keras_attention.decoders.search import SearchDecoder
 from keras_attention.export.report import ExportError
+from keras_attention.export.token_inputs import checked_prefixes, model_prefixes
 
 
 @dataclasses.dataclass
@@ -93,7 +93,7 @@ class Signature:
         if self.options:
             tensors = _checked_options(self, tensors)
         if self.prefixes:
-            tensors = _checked_prefixes(self, tensors)
+            tensors = checked_prefixes(self, tensors)
         outputs = self.model(keras.tree.pack_sequence_as(self.structure, list(tensors)), training=False)
         return dict(zip(self.output_names, keras.tree.flatten(outputs)))
 
@@ -130,100 +130,6 @@ def _checked_options(signature, tensors):
             assertions.append(tf.debugging.Assert(tf.reduce_all(tf.less(low, high)), [message, low, "and", high]))
     with tf.control_dependencies(counts + assertions):
         return [tf.identity(t) if n in signature.options else t for n, t in named.items()]
-
-
-def _checked_prefixes(signature, tensors):
-    """`tensors`, the forced-prefix inputs behind assertions: ids in the
-    vocabulary (-1 pads), and no more tokens than the example's max_length
-    (the run-time `max_length` input's rows when there is one): what Keras
-    refuses eagerly (`check_prefix_values`), which the graph would cut."""
-    import tensorflow as tf
-
-    named = dict(zip(signature.input_names, tensors))
-    checked = {}
-    for name, facts in signature.prefixes.items():
-        if facts.get("kind", "target_prefix") != "target_prefix":
-            with tf.control_dependencies(_sequence_assertions(name, tf.cast(named[name], tf.int32), facts)):
-                checked[name] = tf.identity(named[name])
-            continue
-        prefix = tf.cast(named[name], tf.int32)
-        assertions = []
-        if facts["vocabulary"] is not None:
-            top = facts["vocabulary"] - 1
-            valid = tf.reduce_all((prefix >= -1) & (prefix <= top))
-            message = f"input `{name}` holds an id outside the vocabulary: expected ids from 0 to {top} (-1 pads); got"
-            assertions.append(tf.debugging.Assert(valid, [message, prefix], summarize=16))
-        lengths = tf.reduce_sum(tf.cast(prefix >= 0, tf.int32), axis=1)
-        limits = facts["max_length"]
-        if "max_length" in signature.options:
-            limits = broadcast_option(named["max_length"], limits, tf.shape(prefix)[0], "int32")
-        message = f"input `{name}` forces more tokens than an example's max_length; got the prefix lengths"
-        assertions.append(
-            tf.debugging.Assert(tf.reduce_all(lengths <= limits), [message, lengths, "and max_length", limits])
-        )
-        with tf.control_dependencies(assertions):
-            checked[name] = tf.identity(named[name])
-    return [checked.get(n, t) for n, t in named.items()]
-
-
-def _sequence_assertions(name, table, facts):
-    """The SavedModel's assertions on per-request token sequences `(B, S,
-    L)`: what `check_sequence_values` refuses in Keras and ONNX serving."""
-    import tensorflow as tf
-
-    top = facts["vocabulary"] - 1 if facts["vocabulary"] is not None else tf.int32.max
-    after_padding = (table >= 0) & (tf.cumsum(tf.cast(table < 0, tf.int32), axis=2) > 0)
-    checks = (
-        ((table >= -1) & (table <= top), f"holds an id outside the vocabulary: expected ids from 0 to {top}"),
-        (table != facts["end_token"], f"holds the end token {facts['end_token']}: nothing is produced after it"),
-        (~after_padding, "holds an id after its -1 padding: each sequence is right-padded"),
-    )
-    if facts.get("most") is not None:
-        fits = tf.shape(table)[1] <= facts["most"]
-        checks += ((fits, f"holds more sequences per example than the {facts['most']} of `max_constraints`"),)
-    return [
-        tf.debugging.Assert(tf.reduce_all(valid), [f"input `{name}` {message}; got", table], summarize=16)
-        for valid, message in checks
-    ]
-
-
-# The decoders' call arguments that take token ids, with their position in
-# `SearchDecoder.call` (a functional model may give them positionally).
-TOKEN_ARGUMENTS = {"target_prefix": 4, "banned_sequences": 7, "stop_sequences": 8, "constraints": 9}
-
-
-def model_prefixes(model, named_inputs):
-    """{input name: facts} of the model inputs fed as a decoder's token-id
-    arguments (`named_inputs`: [(name, KerasTensor)]): {"vocabulary",
-    "max_length"} for a `target_prefix`, {"kind", "vocabulary",
-    "end_token"} for per-request `banned_sequences` and `stop_sequences`."""
-    names = {id(tensor): name for name, tensor in named_inputs}
-    found = {}
-
-    def visit(layer):
-        if isinstance(layer, SearchDecoder):
-            for node in getattr(layer, "_inbound_nodes", []):
-                arguments = node.arguments
-                for argument, position in TOKEN_ARGUMENTS.items():
-                    value = arguments.kwargs.get(argument)
-                    if value is None and len(arguments.args) > position:
-                        value = arguments.args[position]
-                    if id(value) not in names:
-                        continue
-                    facts = {"vocabulary": layer.vocabulary_size()}
-                    if argument == "target_prefix":
-                        facts["max_length"] = layer.max_length
-                    else:
-                        facts.update(kind=argument, end_token=layer.end_token)
-                    if argument == "constraints":
-                        facts["most"] = layer.max_constraints
-                    found[names[id(value)]] = facts
-            return
-        for sublayer in getattr(layer, "layers", None) or []:
-            visit(sublayer)
-
-    visit(model)
-    return found
 
 
 def takes_options(layer):
