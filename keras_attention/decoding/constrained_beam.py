@@ -64,22 +64,34 @@ def _room(slots, given):
     return max(slots - given, 0) if isinstance(given, int) else ops.maximum(slots - given, 0)
 
 
-def _phrase_facts(history, time, table, lengths):
-    """For each row's phrases: `ready` `(N, C)`, whether one more token
-    completes it, `last` that token, `longest` `(N, C)` the longest start of
-    it that the output ends with, and `next_token` the token continuing that
-    start."""
+def _phrase_tables(table, lengths):
+    """What the steps read of the phrases `table` `(N, C, L)` (`lengths`
+    `(N, C)`), built once before the loop: each phrase's last token, and
+    every start of every phrase as a sequence of its own (`(N, C * L, L)`
+    of lengths 0 .. L - 1) with whether that start is shorter than it."""
     rows, count, width = ops.shape(table)[0], ops.shape(table)[1], ops.shape(table)[2]
-    ready = ops.logical_and(ends_with_rows(history, time, table, lengths - 1), ops.greater(lengths, 0))
-    last = ops.take_along_axis(table, ops.expand_dims(ops.maximum(lengths - 1, 0), 2), axis=2)[..., 0]
-    # Every start of every phrase as a sequence of its own: (N, C * L) of lengths 0 .. L - 1.
-    starts = ops.reshape(ops.repeat(ops.expand_dims(table, 2), width, axis=2), (rows, count * width, width))
     sizes = ops.broadcast_to(ops.reshape(ops.arange(width, dtype="int32"), (1, 1, -1)), (rows, count, width))
-    matched = ops.reshape(ends_with_rows(history, time, starts, ops.reshape(sizes, (rows, -1))), (rows, count, width))
-    matched = ops.logical_and(matched, ops.less(sizes, ops.expand_dims(lengths, 2)))
-    longest = ops.max(ops.where(matched, sizes, 0), axis=2)
+    return {
+        "table": table,
+        "lengths": lengths,
+        "last": ops.take_along_axis(table, ops.expand_dims(ops.maximum(lengths - 1, 0), 2), axis=2)[..., 0],
+        "starts": ops.reshape(ops.repeat(ops.expand_dims(table, 2), width, axis=2), (rows, count * width, width)),
+        "sizes": sizes,
+        "start_sizes": ops.reshape(sizes, (rows, -1)),
+        "proper": ops.less(sizes, ops.expand_dims(lengths, 2)),
+    }
+
+
+def _phrase_facts(history, time, phrases):
+    """For each row's phrases (`_phrase_tables`): `ready` `(N, C)`, whether
+    one more token completes it, `longest` the longest start of it that the
+    output ends with, and `next_token` the token continuing that start."""
+    table, lengths, sizes = phrases["table"], phrases["lengths"], phrases["sizes"]
+    ready = ops.logical_and(ends_with_rows(history, time, table, lengths - 1), ops.greater(lengths, 0))
+    matched = ops.reshape(ends_with_rows(history, time, phrases["starts"], phrases["start_sizes"]), ops.shape(sizes))
+    longest = ops.max(ops.where(ops.logical_and(matched, phrases["proper"]), sizes, 0), axis=2)
     next_token = ops.take_along_axis(table, ops.expand_dims(longest, 2), axis=2)[..., 0]
-    return ready, last, longest, next_token
+    return ready, longest, next_token
 
 
 def constrained_beam_search(
@@ -143,7 +155,9 @@ def constrained_beam_search(
     batch = _loop.batch_size_of(start_tokens, initial_state)
     first_ids = ops.repeat(_loop.start_ids(start_tokens, batch), width, axis=0)
     state = tile_batch(initial_state, width)
-    table_rows, lengths_rows = tile_batch(table, width), tile_batch(lengths, width)
+    phrases = _phrase_tables(tile_batch(table, width), tile_batch(lengths, width))  # constant: out of the loop
+    last = ops.reshape(phrases["last"], (batch, width, slots))
+    first_tokens = ops.expand_dims(table[:, :, 0], 1)  # (B, 1, C)
 
     def advance(time, logits, alignment, state, beams):
         vocabulary = ops.shape(logits)[-1]
@@ -151,8 +165,8 @@ def constrained_beam_search(
         candidates = width * (3 + slots) if known is None else min(width * (3 + slots), width * known)
         finished, met = beams["finished"], beams["met"]
         history = ops.reshape(beams["ids"], (batch * width, max_length))
-        facts = _phrase_facts(history, time, table_rows, lengths_rows)
-        ready, last, longest, next_token = (ops.reshape(fact, (batch, width, slots)) for fact in facts)
+        facts = _phrase_facts(history, time, phrases)
+        ready, longest, next_token = (ops.reshape(fact, (batch, width, slots)) for fact in facts)
         token = ops.reshape(ops.arange(vocabulary, dtype="int32"), (1, 1, -1))
         is_end = ops.equal(token, end_token)
         # The end only once every group is met (forbidden before the softmax: the rest renormalises).
@@ -187,7 +201,7 @@ def constrained_beam_search(
         # The bank: the groups met, then the tokens written of a phrase in progress (as Post and
         # Vilar count constraint tokens, so that a hypothesis half-way through a phrase is kept).
         continues = ops.equal(ops.expand_dims(tokens, 2), gather_beams(next_token, parents))
-        starts = ops.equal(ops.expand_dims(tokens, 2), ops.expand_dims(table[:, :, 0], 1))
+        starts = ops.equal(ops.expand_dims(tokens, 2), first_tokens)
         progress = ops.where(continues, gather_beams(longest, parents) + 1, ops.cast(starts, "int32"))
         open_phrases = ops.logical_and(ops.logical_not(met_after), ops.greater(ops.expand_dims(lengths, 1), 0))
         progress = ops.max(ops.where(open_phrases, progress, 0), axis=2)
