@@ -244,7 +244,7 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
             )
         check_token_inputs(self, sequences, phrases, memory)
 
-        beams = strategy_of(self).beams
+        beams = strategy.beams
         if beams:
             # Every beam reads its own copy of its example's memory.
             prepared = keras.tree.map_structure(lambda part: tile_batch(part, beams), prepared, none_is_leaf=False)
@@ -318,7 +318,8 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
 
     def output_spec_for(self, batch, source):
         """The outputs' specs for a batch of `batch` sources of `source` positions."""
-        hypotheses = strategy_of(self).hypotheses
+        strategy = strategy_of(self)
+        hypotheses = strategy.hypotheses
         lead = (batch,) if hypotheses is None else (batch, hypotheses)
         spec = {
             "ids": keras.KerasTensor((*lead, self.max_length), dtype="int32"),
@@ -332,7 +333,7 @@ class SearchDecoder(RuntimeOptionInputs, keras.layers.Layer):
             spec["log_probs"] = keras.KerasTensor(lead, dtype="float32")
         if self.return_token_log_probs:
             spec["token_log_probs"] = keras.KerasTensor((*lead, self.max_length), dtype="float32")
-        for name, (shape, dtype) in strategy_of(self).extra_output_specs(lead).items():
+        for name, (shape, dtype) in strategy.extra_output_specs(lead).items():
             spec[name] = keras.KerasTensor(shape, dtype=dtype)
         return spec
 
