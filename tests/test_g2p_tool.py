@@ -236,8 +236,10 @@ def test_a_time_budget_shrinks_the_ensemble_then_the_epochs():
     tighter = settings.choose(8000, set("a"), minutes=6)
     assert tighter["ensemble"] == 2 and tighter["training"]["epochs"] == 20
     assert tighter["estimated_minutes"] <= 5.0 and tighter["training"]["max_minutes"] == 5.0
+    # Never under one model a core: a model alone trains no faster than two side by side.
     tightest = settings.choose(8000, set("a"), minutes=3)
-    assert tightest["ensemble"] == 1 and tightest["training"]["epochs"] == 6
+    assert tightest["ensemble"] == 2 and tightest["training"]["epochs"] == 6
+    assert settings.choose(8000, set("a"), minutes=3, cores=1)["ensemble"] == 1
     assert tightest["estimated_minutes"] <= 2.0 and tightest["training"]["max_minutes"] == 2.0
     with pytest.raises(ValueError, match=r"choose: `minutes` must be a positive number of minutes or None; got 0"):
         settings.choose(100, set("a"), minutes=0)
@@ -417,9 +419,10 @@ def test_the_transformer_rule_gives_small_lexicons_a_smaller_model_and_more_drop
     # A model of the fields ModelConfig has, and the LSTM's rule unchanged (no architecture recorded).
     assert ModelConfig(**large["model"]).architecture == "transformer"
     assert "architecture" not in settings.choose(800, set("abc"))["model"]
-    # A budget cuts the epochs, and the warm-up with them: 1 model of 4 epochs of 427 updates in 30 minutes.
+    # A budget cuts the epochs, and the warm-up with them: 2 models side by side (one a core) of 4 epochs
+    # of 427 updates in 30 minutes.
     budget = settings.choose(109_156, set("abc"), minutes=30, architecture="transformer")
-    assert budget["ensemble"] == 1 and budget["training"]["epochs"] == 4
+    assert budget["ensemble"] == 2 and budget["training"]["epochs"] == 4
     assert budget["training"]["warmup_steps"] == round(0.08 * 4 * 427)
     assert budget["estimated_minutes"] <= 29
     with pytest.raises(ValueError, match=r"choose: `architecture` must be one of \('lstm', 'transformer'\); got 'rnn'"):

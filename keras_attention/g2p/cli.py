@@ -14,7 +14,8 @@ lexicon line as `error: FILE:LINE: ...`), never a traceback. `apply` prints
 is the search's log-probability); a word with a letter the model never saw
 is not pronounced but named on stderr. `--architecture transformer` trains
 Transformer models (transformer_model.py) sized by the rule for the lexicon
-(settings.py); the size knobs override the rule's choice. `--distribute data`
+(settings.py); the size knobs override the rule's choice. With `--minutes` the
+budget is fitted at this machine's speed, measured first (calibration.py). `--distribute data`
 trains under `tf.distribute.MirroredStrategy` (distribute.py; `model` and
 `multiworker` are refused in one line).
 """
@@ -150,6 +151,8 @@ def run_train(args):
         chosen = rule.choose(len(train), lexicons.alphabet(train), args.minutes, architecture=args.architecture)
     _override(chosen, args, len(train))
     chosen["training"]["seed"] = args.seed
+    if args.minutes and not args.smoke and args.distribute == "none":
+        chosen = _calibrated(chosen, args, train)
     record = train_command.settings_record(chosen, split, args.beam)
     train_command.check_resumable(args.out, record)
     os.makedirs(args.out, exist_ok=True)
@@ -162,8 +165,41 @@ def run_train(args):
     train_command.train(split, record, args.out, args.compare_phonetisaurus, strategy)
 
 
-def _override(chosen, args, train_words):
-    """Apply the size knobs given on the command line to `chosen` (ValueError for a knob that does not fit)."""
+def _calibrated(chosen, args, train):
+    """`chosen` refitted to the budget at this machine's measured speed
+    (calibration.py). The calibration's time comes out of the budget; a
+    resumed run reuses the speed its settings.json recorded, so that it
+    chooses what it chose before."""
+    from keras_attention.g2p import calibration
+
+    path = Path(args.out) / "settings.json"
+    measured = json.loads(path.read_text()).get("measured") if path.is_file() else None
+    cores = os.cpu_count() or 1
+    if measured is None:
+        jobs = min(chosen["ensemble"], cores)
+        print(
+            f"measuring this machine's training speed: {jobs} model(s) side by side, "
+            f"{calibration.WARMUP_UPDATES + calibration.TIMED_UPDATES} updates each ...",
+            flush=True,
+        )
+        measured = calibration.measure(train, {**chosen, "beam_width": args.beam}, jobs, cores)
+    minutes = max(args.minutes - measured["wall_seconds"] / 60, args.minutes / 2)
+    refitted = rule.choose(
+        len(train), lexicons.alphabet(train), minutes, cores, architecture=args.architecture, measured=measured
+    )
+    _override(refitted, args, len(train), cores)
+    refitted["training"]["seed"] = args.seed
+    print(
+        f"this machine: {measured['seconds_per_update']:.3f} s an update, {measured['model_seconds']:.0f} s a "
+        f"model before its first (measured in {measured['wall_seconds']:.0f} s of the budget)",
+        flush=True,
+    )
+    return refitted
+
+
+def _override(chosen, args, train_words, cores=2):
+    """Apply the size knobs given on the command line to `chosen` (ValueError for a knob that does not
+    fit); the estimate is made again for `cores` cores."""
     given = {flag: getattr(args, field) for flag, (field, *_) in KNOBS.items() if getattr(args, field) is not None}
     for flag in TRANSFORMER_ONLY:
         if flag in given and args.architecture != "transformer":
@@ -181,7 +217,7 @@ def _override(chosen, args, train_words):
             f"(--model-dim) into equal heads; got {model['heads']}"
         )
     if given and "estimated_minutes" in chosen:
-        chosen["estimated_minutes"] = round(rule.estimate_seconds(train_words, chosen) / 60, 1)
+        chosen["estimated_minutes"] = round(rule.estimate_seconds(train_words, chosen, cores) / 60, 1)
 
 
 def _words(args):

@@ -74,7 +74,7 @@ def _train_in_this_process(number, split, letters, phones, model_config, train_c
 
 
 @contextlib.contextmanager
-def _threads(count):
+def threads_each(count):
     """TensorFlow's thread pools in the processes started inside, `count` threads each."""
     saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
     os.environ.update({name: str(count) for name in THREAD_VARIABLES})
@@ -103,7 +103,7 @@ def train_members(
     threads = max(1, (os.cpu_count() or 1) // jobs)
     context = multiprocessing.get_context("spawn")  # a fresh TensorFlow in each
     done = {number: finished_results(out, number) for number in range(count)} if resume else {}
-    with _threads(threads), concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+    with threads_each(threads), concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
         futures = {
             number: pool.submit(
                 _train_in_this_process,

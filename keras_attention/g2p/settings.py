@@ -43,9 +43,11 @@ words) are this rule at their sizes (tests pin both). With `minutes`, the
 estimated training time (`estimate_seconds`: measured seconds per update on
 2 CPU cores, models trained side by side) is brought within the budget by fewer
 epochs while each model keeps at least half of them, then by a smaller
-ensemble (on 500 words, 4 models of 14-15 epochs pronounced better than 2
+ensemble, never under one model a core (on 500 words, 4 models of 14-15 epochs pronounced better than 2
 of 22); training also stops at the budget whatever the estimate said
-(`TrainConfig.max_minutes`).
+(`TrainConfig.max_minutes`). The command measures this machine's speed
+first (calibration.py) and gives it as `measured`, which then stands for
+`seconds_per_update` and `MODEL_SECONDS`.
 """
 
 import math
@@ -117,16 +119,21 @@ def passes_per_epoch(train_words, batch):
 
 def estimate_seconds(train_words, settings, cores=2):
     """Training seconds of `settings` on `train_words` words: each model's
-    updates, rounds of `cores` models side by side."""
+    updates, rounds of `cores` models side by side. With a `"measured"`
+    entry in `settings` (calibration.py: this machine's seconds per update
+    and per model, measured) those figures stand for the rule's."""
     training = settings["training"]
     batch, epochs = training["batch_size"], training["epochs"]
     model = settings["model"]
-    if model.get("architecture", "lstm") == "transformer":
-        per_update = transformer_seconds_per_update(batch, model)
+    measured = settings.get("measured")
+    if measured:
+        per_update, per_model = measured["seconds_per_update"], measured["model_seconds"]
+    elif model.get("architecture", "lstm") == "transformer":
+        per_update, per_model = transformer_seconds_per_update(batch, model), MODEL_SECONDS
     else:
-        per_update = seconds_per_update(batch, model["encoder_units"] > 128)
+        per_update, per_model = seconds_per_update(batch, model["encoder_units"] > 128), MODEL_SECONDS
     updates = epochs * training.get("passes_per_epoch", 1) * _updates_per_pass(train_words, batch)
-    return _rounds(settings, cores) * (updates * per_update + epochs * EPOCH_SECONDS + MODEL_SECONDS)
+    return _rounds(settings, cores) * (updates * per_update + epochs * EPOCH_SECONDS + per_model)
 
 
 def _rounds(settings, cores):
@@ -139,7 +146,8 @@ def _epochs_within(budget, epochs, train_words, settings, cores):
     estimate = estimate_seconds(train_words, settings, cores)
     if estimate <= budget:
         return epochs
-    fixed = _rounds(settings, cores) * MODEL_SECONDS  # paid whatever the epochs
+    per_model = settings["measured"]["model_seconds"] if settings.get("measured") else MODEL_SECONDS
+    fixed = _rounds(settings, cores) * per_model  # paid whatever the epochs
     return max(1, math.floor(epochs * max(budget - fixed, 0) / (estimate - fixed)))
 
 
@@ -168,11 +176,14 @@ def _warmup_steps(updates):
     return min(WARMUP_MAX, max(WARMUP_MIN, round(WARMUP_SHARE * updates)))
 
 
-def choose(train_words, alphabet, minutes=None, cores=2, architecture="lstm"):
+def choose(train_words, alphabet, minutes=None, cores=2, architecture="lstm", measured=None):
     """{"model", "training", "ensemble", "normalization", "estimated_minutes"}
     for a lexicon of `train_words` words written with the characters
     `alphabet`, trained within `minutes` (None: no budget) on `cores` cores,
-    an `architecture` ("lstm" or "transformer") model."""
+    an `architecture` ("lstm" or "transformer") model. `measured`: this
+    machine's speed for that model ({"seconds_per_update", "model_seconds"},
+    calibration.py), used instead of the rule's figures and kept in the
+    settings (`"measured"`)."""
     if isinstance(train_words, bool) or not isinstance(train_words, int) or train_words < 1:
         raise ValueError(f"choose: `train_words` must be a positive integer; got {train_words!r}.")
     if minutes is not None and not minutes > 0:
@@ -200,13 +211,19 @@ def choose(train_words, alphabet, minutes=None, cores=2, architecture="lstm"):
     if transformer:
         settings["model"] = _transformer_model(train_words)
         settings["training"]["learning_rate"] = TRANSFORMER_LEARNING_RATE
+    if measured:
+        settings["measured"] = dict(measured)
     if minutes is not None:
         budget = max(minutes - OVERHEAD_MINUTES, minutes / 2) * 60
         # The ensemble shrinks only while its models would get under half
         # their epochs: measured on 500 words, 4 models of 14-15 epochs
         # scored 48.5% (Dutch) and 21.6% (Hungarian) test WER, 2 models of
-        # all 22 epochs 54.4% and 25.4%.
-        while settings["ensemble"] > 1 and _epochs_within(budget, epochs, train_words, settings, cores) < math.ceil(
+        # all 22 epochs 54.4% and 25.4%. And only while that saves a round:
+        # a model alone on 2 cores trains no faster than each of two side by
+        # side (500 Dutch words: 0.13-0.17 s an update alone with 2 threads,
+        # 0.139 s each beside another), so fewer models than cores would
+        # only lose a model.
+        while settings["ensemble"] > cores and _epochs_within(budget, epochs, train_words, settings, cores) < math.ceil(
             epochs / 2
         ):
             settings["ensemble"] //= 2

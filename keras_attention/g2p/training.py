@@ -147,16 +147,18 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def train(trainer, greedy, data, letters, phones, config, out, verbose=None, label=""):
-    """Fit `trainer` on data["train"], selecting on data["dev"]; returns the
-    per-epoch history. The best epoch's (averaged) weights are left in the
-    models; a killed run resumes from `out/backup`. With a `label`, one line
-    per epoch names it (for models training side by side)."""
-    inputs, targets = teacher_forcing_data(data["train"], letters, phones)
+def training_batches(lexicon, letters, phones, config):
+    """The length-bucketed batches of one epoch: `config.passes_per_epoch` passes over `lexicon`."""
+    inputs, targets = teacher_forcing_data(lexicon, letters, phones)
     inputs, targets = tuple(rows * config.passes_per_epoch for rows in inputs), targets * config.passes_per_epoch
     # The read-out is a Sequential, which drops the Keras mask: weigh the
     # loss by the real target steps instead.
-    batches = LengthBucketedBatches(inputs, targets, batch_size=config.batch_size, seed=config.seed, weigh_targets=True)
+    return LengthBucketedBatches(inputs, targets, batch_size=config.batch_size, seed=config.seed, weigh_targets=True)
+
+
+def compile_trainer(trainer, batches, config):
+    """Compile `trainer` for `config.epochs` epochs of `batches`: Adam with a
+    warm-up then cosine schedule, clipping and the weight average."""
     steps = config.epochs * len(batches)
     warmup = max(1, config.warmup_steps or int(config.warmup_epochs * len(batches)))
     schedule = keras.optimizers.schedules.CosineDecay(
@@ -171,6 +173,15 @@ def train(trainer, greedy, data, letters, phones, config, out, verbose=None, lab
     trainer.compile(optimizer, SequenceLoss(label_smoothing=config.label_smoothing), jit_compile=config.jit)
     # On TensorFlow the first step is then traced once, not twice (keras_attention.training).
     build_optimizer(trainer)
+
+
+def train(trainer, greedy, data, letters, phones, config, out, verbose=None, label=""):
+    """Fit `trainer` on data["train"], selecting on data["dev"]; returns the
+    per-epoch history. The best epoch's (averaged) weights are left in the
+    models; a killed run resumes from `out/backup`. With a `label`, one line
+    per epoch names it (for models training side by side)."""
+    batches = training_batches(data["train"], letters, phones, config)
+    compile_trainer(trainer, batches, config)
     best_path = os.path.join(out, "best.weights.h5")
     clock = EpochClock()
     evaluation = DevEvaluation(
