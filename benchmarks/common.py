@@ -162,12 +162,11 @@ def machine():
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "loadavg_at_start": loadavg(),
     }
+    from examples.common import cpu_model
+
+    if cpu_model():
+        info["cpu"] = cpu_model()
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
         with open("/proc/meminfo") as f:
             info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
     except OSError:

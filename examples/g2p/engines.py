@@ -579,7 +579,7 @@ def table(document):
     machine, versions = document["machine"], document["versions"]
     engines = ", ".join(f"{name} {versions[name]}" for name in VERSIONED if versions.get(name))
     lines = [
-        f"Measured by `{document['command']}` on {document['date']} ({machine['cores']} {machine['processor']} cores "
+        f"Measured by `{document['command']}` on {document['date']} ({machine['cores']} {machine.get('cpu') or machine['processor']} cores "
         f"shared with other work: load average {document['load_average_start'][0]:.1f} at the start, "
         f"{document['load_average_end'][0]:.1f} at the end; {document['wall_seconds'] / 60:.0f} min in all; "
         f"{engines}). The model: the CMUdict Transformer "
