@@ -79,6 +79,7 @@ def _phrase_tables(table, lengths):
         "sizes": sizes,
         "start_sizes": ops.reshape(sizes, (rows, -1)),
         "proper": ops.less(sizes, ops.expand_dims(lengths, 2)),
+        "present": ops.greater(lengths, 0),
     }
 
 
@@ -87,7 +88,7 @@ def _phrase_facts(history, time, phrases):
     one more token completes it, `longest` the longest start of it that the
     output ends with, and `next_token` the token continuing that start."""
     table, lengths, sizes = phrases["table"], phrases["lengths"], phrases["sizes"]
-    ready = ops.logical_and(ends_with_rows(history, time, table, lengths - 1), ops.greater(lengths, 0))
+    ready = ops.logical_and(ends_with_rows(history, time, table, lengths - 1), phrases["present"])
     matched = ops.reshape(ends_with_rows(history, time, phrases["starts"], phrases["start_sizes"]), ops.shape(sizes))
     longest = ops.max(ops.where(ops.logical_and(matched, phrases["proper"]), sizes, 0), axis=2)
     next_token = ops.take_along_axis(table, ops.expand_dims(longest, 2), axis=2)[..., 0]
@@ -148,8 +149,9 @@ def constrained_beam_search(
     groups = ops.broadcast_to(groups, ops.shape(lengths)) if len(groups.shape) == 1 else groups
     groups = ops.pad(groups, [[0, 0], [0, _room(slots, ops.shape(groups)[1])]], constant_values=-1)
     # A phrase of no token belongs to no group.
-    groups = ops.where(ops.greater(lengths, 0), groups, -1 - ops.arange(slots, dtype="int32"))
-    required = groups_met(ops.expand_dims(ops.greater(lengths, 0), 1), groups)[:, 0]  # (B,)
+    present = ops.expand_dims(ops.greater(lengths, 0), 1)  # (B, 1, C): the phrases given
+    groups = ops.where(present[:, 0], groups, -1 - ops.arange(slots, dtype="int32"))
+    required = groups_met(present, groups)[:, 0]  # (B,)
     if length_limits is not None:
         length_limits = ops.cast(length_limits, "int32")
     batch = _loop.batch_size_of(start_tokens, initial_state)
@@ -179,7 +181,7 @@ def constrained_beam_search(
         total = ops.maximum(ops.expand_dims(beams["log_probs"], 2) + step_log_probs, _loop.NEG_INF)
         flat = ops.reshape(total, (batch, width * vocabulary))
         kth = ops.top_k(flat, min(2 * width, width * known) if known is not None else 2 * width)[0][:, -1:]
-        unmet = ops.logical_and(ops.logical_not(met), ops.greater(ops.expand_dims(lengths, 1), 0))
+        unmet = ops.logical_and(ops.logical_not(met), present)
         unmet = ops.logical_and(unmet, ops.expand_dims(ops.logical_not(finished), 2))
         advancing = ops.logical_and(
             ops.expand_dims(unmet, 3),
@@ -203,7 +205,7 @@ def constrained_beam_search(
         continues = ops.equal(ops.expand_dims(tokens, 2), gather_beams(next_token, parents))
         starts = ops.equal(ops.expand_dims(tokens, 2), first_tokens)
         progress = ops.where(continues, gather_beams(longest, parents) + 1, ops.cast(starts, "int32"))
-        open_phrases = ops.logical_and(ops.logical_not(met_after), ops.greater(ops.expand_dims(lengths, 1), 0))
+        open_phrases = ops.logical_and(ops.logical_not(met_after), present)
         progress = ops.max(ops.where(open_phrases, progress, 0), axis=2)
         bank = groups_met(met_after, groups) * phrase_width + progress  # (B, M)
         # Dynamic beam allocation: the n-th best of every bank before the (n + 1)-th of any, most met first.
